@@ -1,0 +1,35 @@
+"""A demo that misbehaves on request, to test :mod:`helpers.launch` (tests/test_launch.py).
+
+--mode ok      every rank all-reduces its rank and reports the sum
+--mode crash   rank 1 raises in the middle of the step
+--mode hang    rank 1 never joins the all-reduce, so rank 0 waits forever
+--mode silent  every rank finishes without a RESULT line
+"""
+
+import argparse
+import time
+
+import torch
+import torch.distributed as dist
+
+from helpers.env import distributed, emit, say
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--mode", choices=["ok", "crash", "hang", "silent"], default="ok")
+    mode = parser.parse_args().mode
+    with distributed() as env:
+        say(f"rank {env.rank} of {env.world_size} up on {env.backend}")
+        if mode == "crash" and env.rank == 1:
+            raise RuntimeError("rank 1 crashed on purpose in the middle of a step")
+        if mode == "hang" and env.rank == 1:
+            time.sleep(3600)
+        x = torch.tensor([float(env.rank)], device=env.device)
+        dist.all_reduce(x)
+        if mode != "silent":
+            emit(sum=float(x.item()), backend=env.backend)
+
+
+if __name__ == "__main__":
+    main()
