@@ -1,0 +1,73 @@
+"""helpers.launch: results sorted by rank, clear failures, and no rank left behind."""
+
+import time
+import uuid
+
+import psutil
+import pytest
+
+from helpers.launch import LaunchError, LaunchTimeout, launch, torchrun_command
+
+
+def _leftovers(tag):
+    """Processes started by this test: they inherit BOOK_TEST_TAG from the launcher's env."""
+    time.sleep(0.5)
+    found = []
+    for p in psutil.process_iter():
+        try:
+            if p.environ().get("BOOK_TEST_TAG") == tag:
+                found.append(p)
+        except psutil.Error:
+            pass
+    return found
+
+
+@pytest.fixture(autouse=True)
+def nothing_left_behind(monkeypatch, request):
+    tag = f"{request.node.name}-{uuid.uuid4().hex}"
+    monkeypatch.setenv("BOOK_TEST_TAG", tag)
+    yield
+    left = _leftovers(tag)
+    assert not left, f"processes left behind: {[(p.pid, p.name()) for p in left]}"
+
+
+def test_results_are_collected_and_sorted_by_rank(capsys):
+    result = launch("selftest", nproc=3, show="all")
+    assert [r["rank"] for r in result.results] == [0, 1, 2]
+    assert all(r["sum"] == 3.0 for r in result.results)  # 0 + 1 + 2, all-reduced
+    assert result.first(2)["backend"] in ("gloo", "nccl")
+    out = capsys.readouterr().out
+    assert "[rank2] rank 2 of 3 up" in out and "RESULT" not in out
+
+
+def test_a_crashed_rank_raises_with_its_own_traceback():
+    with pytest.raises(LaunchError) as info:
+        launch("selftest", nproc=2, args=["--mode", "crash"], show="none")
+    assert info.value.rank == 1
+    message = str(info.value)
+    assert "on rank 1" in message
+    assert "rank 1 crashed on purpose" in message
+    assert "Traceback" in message
+
+
+def test_a_hung_rank_is_killed_at_the_timeout():
+    start = time.monotonic()
+    with pytest.raises(LaunchTimeout, match="ran past its 20 s timeout; all 2 ranks were killed"):
+        launch("selftest", nproc=2, args=["--mode", "hang"], timeout_s=20, show="none")
+    assert time.monotonic() - start < 40
+
+
+def test_a_demo_without_result_lines_is_an_error():
+    with pytest.raises(LaunchError, match="printed no RESULT line"):
+        launch("selftest", nproc=2, args=["--mode", "silent"], show="none")
+
+
+def test_command_line_is_torchrun_on_a_module():
+    cmd = torchrun_command("ch01_dp", 4, ["--batch", "8"])
+    assert cmd[1:4] == ["-m", "torch.distributed.run", "--standalone"]
+    assert "--nproc_per_node=4" in cmd
+    assert cmd[-4:] == ["-m", "helpers.demos.ch01_dp", "--batch", "8"]
+    with pytest.raises(ValueError, match="nproc must be at least 1"):
+        torchrun_command("ch01_dp", 0)
+    with pytest.raises(ValueError, match="show must be"):
+        launch("selftest", show="loud")
