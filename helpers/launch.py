@@ -36,6 +36,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 _RANK_LINE = re.compile(r"^\[(?:rank|default)(\d+)\]:(.*)$")
 _ROOT_CAUSE_RANK = re.compile(r"^\s*rank\s*:\s*(\d+)")
 LAUNCHER = -1  # pseudo-rank for torchrun's own lines
+QUIET_ENV = {"PYTHONWARNINGS": "ignore", "TRANSFORMERS_VERBOSITY": "error", "TORCH_CPP_LOG_LEVEL": "ERROR"}
 
 
 class LaunchError(RuntimeError):
@@ -143,6 +144,8 @@ def launch(
     child_env = {**os.environ, **(env or {})}
     child_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), child_env.get("PYTHONPATH")]))
     child_env.setdefault("OMP_NUM_THREADS", "1")
+    for name, value in QUIET_ENV.items():  # library chatter is not part of a demo's output
+        child_env.setdefault(name, value)
     child_env["PYTHONUNBUFFERED"] = "1"
 
     start = time.monotonic()
@@ -158,7 +161,7 @@ def launch(
     results: list[dict] = []
     seen: dict[int, psutil.Process] = {}
     timed_out = False
-    try:
+    try:  # TimeoutExpired from the wait above counts as a timeout too
         while True:
             for p in _descendants(proc.pid):
                 seen.setdefault(p.pid, p)
@@ -169,9 +172,12 @@ def launch(
                 raw = out.get(timeout=0.2)
             except queue.Empty:
                 continue
-            if raw is None:
+            if raw is None:  # output closed: torchrun is exiting, let it finish its summary
+                proc.wait(timeout=max(1.0, timeout_s - (time.monotonic() - start)))
                 break
             _take_line(raw.rstrip("\n"), lines, results, show)
+    except subprocess.TimeoutExpired:
+        timed_out = True
     finally:  # also on KeyboardInterrupt: never leave a rank behind
         tree = list(seen.values()) + _descendants(proc.pid)
         if proc.poll() is None:

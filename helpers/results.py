@@ -1,0 +1,101 @@
+"""Measured results with their provenance, under ``results/<hardware>/<name>.json``.
+
+Used by every chapter that shows a GPU number. Only code writes these files: a run on the GPU
+box calls :func:`save`, and a CPU notebook calls :func:`load` to show what was measured, with
+the hardware, date, versions and the command that produced it.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import platform
+import subprocess
+from importlib import metadata
+from pathlib import Path
+
+import torch
+
+RESULTS_DIR = Path(__file__).resolve().parent.parent / "results"
+
+
+def hardware() -> str:
+    """A short name of this machine's accelerators, e.g. '2xNVIDIA-H200' or 'cpu'."""
+    n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if n == 0:
+        return "cpu"
+    return f"{n}x{torch.cuda.get_device_name(0).replace(' ', '-')}"
+
+
+def _version(package: str) -> str:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return "absent"
+
+
+def _git_commit() -> str:
+    if os.environ.get("BOOK_GIT_COMMIT"):  # the GPU box receives a tree without .git
+        return os.environ["BOOK_GIT_COMMIT"]
+    try:
+        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
+                              cwd=RESULTS_DIR.parent, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def provenance(command: str) -> dict:
+    """Where, when and with what a result was measured."""
+    return {
+        "hardware": hardware(),
+        "gpus": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+        if torch.cuda.is_available() else [],
+        "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "versions": {
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "cuda": torch.version.cuda or "none",
+            "colossalai": _version("colossalai"),
+            "transformers": _version("transformers"),
+        },
+        "command": command,
+        "git_commit": _git_commit(),
+    }
+
+
+def save(name: str, runs: list[dict], command: str) -> Path:
+    """Write ``runs`` with provenance to results/<hardware>/<name>.json and return the path."""
+    path = RESULTS_DIR / hardware() / f"{name}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"provenance": provenance(command), "runs": runs}, indent=2) + "\n")
+    return path
+
+
+def load(name: str) -> dict:
+    """The most recent GPU record called ``name`` (any hardware folder but 'cpu')."""
+    found = [p for p in RESULTS_DIR.glob(f"*/{name}.json") if p.parent.name != "cpu"]
+    if not found:
+        raise FileNotFoundError(
+            f"no recorded GPU result '{name}' under {RESULTS_DIR}: run the chapter's recording "
+            f"command on a GPU box first"
+        )
+    records = [json.loads(p.read_text()) for p in found]
+    return max(records, key=lambda r: r["provenance"]["date"])
+
+
+def describe(record: dict) -> str:
+    """One paragraph of provenance for a notebook."""
+    p = record["provenance"]
+    v = p["versions"]
+    return (f"Recorded on {p['hardware']} on {p['date']} with torch {v['torch']} (CUDA {v['cuda']}), "
+            f"Colossal-AI {v['colossalai']}, transformers {v['transformers']}, commit {p['git_commit'][:10]}.\n"
+            f"Command: {p['command']}")
+
+
+def format_table(rows: list[dict], columns: list[str]) -> str:
+    """A plain-text table; values are printed as given (round them first)."""
+    cells = [[str(r.get(c, "")) for c in columns] for r in rows]
+    widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(columns)]
+    line = lambda vals: "  ".join(v.ljust(w) for v, w in zip(vals, widths)).rstrip()
+    return "\n".join([line(columns), line(["-" * w for w in widths])] + [line(r) for r in cells])
