@@ -25,6 +25,7 @@ def llama_config(layers: int = 4, hidden: int = 256, heads: int = 8, kv_heads: i
         vocab_size=vocab, hidden_size=hidden, intermediate_size=ffn, num_hidden_layers=layers,
         num_attention_heads=heads, num_key_value_heads=kv_heads or heads,
         max_position_embeddings=max_seq, tie_word_embeddings=False, attn_implementation="sdpa",
+        use_cache=False,
     )
 
 
