@@ -21,6 +21,7 @@ HYBRID_LAYOUTS = {
     "tp=2 + split_gather SP": ["--tp", "2", "--sp_mode", "split_gather"],
     "dp=2 ZeRO-1": ["--zero", "1"],
     "tp=2 bf16": ["--tp", "2", "--precision", "bf16"],
+    "TRAP sp=2 all_to_all, sdpa": ["--sp", "2", "--sp_mode", "all_to_all", "--attn", "sdpa", "--expect_drift"],
 }
 
 
@@ -38,7 +39,7 @@ def run_hybrid_layouts(show: str = "none") -> list[dict]:
 def hybrid_rows(runs: list[dict]) -> list[dict]:
     """The table the chapter shows: one row per layout."""
     return [{
-        "layout": r["name"], "precision": r["precision"],
+        "layout": r["name"], "precision": r["precision"], "attention": r["attn"],
         "loss first→last": f"{r['losses'][0]:.3f}→{r['losses'][-1]:.3f}",
         "reference": f"{r['reference'][0]:.3f}→{r['reference'][-1]:.3f}",
         "max |Δloss|": f"{r['max_diff']:.1e}",

@@ -16,15 +16,21 @@ import torch
 
 
 def llama_config(layers: int = 4, hidden: int = 256, heads: int = 8, kv_heads: int | None = None,
-                 vocab: int = 512, max_seq: int = 1024):
-    """A small LlamaConfig (SwiGLU MLP of width ≈ 8/3·h rounded to 64, untied head, SDPA attention)."""
+                 vocab: int = 512, max_seq: int = 1024, attn: str = "sdpa"):
+    """A small LlamaConfig (SwiGLU MLP of width ≈ 8/3·h rounded to 64, untied head).
+
+    ``attn="eager"`` makes transformers build an explicit causal mask. Colossal-AI 0.5.0's
+    sequence-parallel Llama attention (flash attention off) adds the mask it is given and
+    nothing else; with ``"sdpa"`` and no padding transformers passes no mask at all, so that
+    attention silently stops being causal (measured in Chapter 1's GPU table).
+    """
     from transformers import LlamaConfig
 
     ffn = (8 * hidden // 3 + 63) // 64 * 64
     return LlamaConfig(
         vocab_size=vocab, hidden_size=hidden, intermediate_size=ffn, num_hidden_layers=layers,
         num_attention_heads=heads, num_key_value_heads=kv_heads or heads,
-        max_position_embeddings=max_seq, tie_word_embeddings=False, attn_implementation="sdpa",
+        max_position_embeddings=max_seq, tie_word_embeddings=False, attn_implementation=attn,
         use_cache=False,
     )
 
@@ -43,7 +49,7 @@ def token_batch(step: int, batch: int, seq: int, vocab: int, seed: int = 1234) -
     start = torch.randint(0, vocab, (batch, 1), generator=g)
     stride = torch.randint(1, 8, (batch, 1), generator=g)
     ids = (start + stride * torch.arange(seq)) % vocab  # (batch, seq)
-    return {"input_ids": ids, "labels": ids.clone()}
+    return {"input_ids": ids, "labels": ids.clone(), "attention_mask": torch.ones_like(ids)}
 
 
 def shard_batch(batch: dict[str, torch.Tensor], index: int, parts: int) -> dict[str, torch.Tensor]:
