@@ -1,0 +1,168 @@
+# Build, install and test the book. Everything runs from a venv that `make venv` creates in .venv/.
+#
+#   make book                build the rendered book from the notebooks' stored outputs
+#   make book EXECUTE=1      re-execute every notebook on this machine, then build
+#   make test                CPU test suite: pytest + nbval (notebooks re-run and compared) + book build
+#   make test-gpu            GPU-marked tests, and the notebooks re-run without output comparison
+#   make clean               remove .venv, _build and _offline
+#
+# Knobs (see README.md):
+#   TORCH_SPEC=torch==2.13.0 default; `TORCH_SPEC=` installs no torch (use one already present)
+#   SYSTEM_SITE=1            make the venv with --system-site-packages (a GPU box's CUDA torch)
+#   PYTHON=python3           interpreter that creates the venv
+#   BOOK_SKIP_BROWSER=1      skip (loudly) the headless-Chromium check instead of failing without it
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.ONESHELL:
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+TORCH_SPEC ?= torch==2.13.0
+SYSTEM_SITE ?=
+EXECUTE ?=
+BOOK_SKIP_BROWSER ?=
+PYTEST_ARGS ?=
+
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+# Offline JavaScript for the ipywidgets HTML manager (ipywidgets 8.1.x needs html-manager ^1.0.1).
+HTML_MANAGER_VERSION := 1.0.15
+REQUIREJS_VERSION := 2.3.7
+OFFLINE := _offline/widgets
+OFFLINE_STAMP := $(OFFLINE)/.html-manager-$(HTML_MANAGER_VERSION)-requirejs-$(REQUIREJS_VERSION)
+
+# Environment for everything run from the venv: its kernel spec before any user-level one,
+# no inherited Agg backend (it silently drops every plot), the venv's tools first on PATH.
+RUN_ENV := env -u MPLBACKEND PATH="$(CURDIR)/$(VENV)/bin:$$PATH" JUPYTER_PREFER_ENV_PATH=1 \
+	PYTHONHASHSEED=0 PYDEVD_DISABLE_FILE_VALIDATION=1
+
+NBVAL_FLAGS := --nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-current-env \
+	--nbval-cell-timeout 600
+
+# Prints "==> step" and "    step: N.N s" around a command (bash function, used in recipes).
+define TIMER
+step() { local t0=$$(date +%s.%N); echo "==> $$1"; shift; "$$@"; \
+  echo "    done in $$(awk -v a="$$t0" -v b="$$(date +%s.%N)" 'BEGIN{printf "%.1f", b-a}') s"; }
+endef
+
+.PHONY: help venv book test test-gpu chromium clean
+
+help:
+	@sed -n '2,14p' Makefile | sed 's/^# \{0,1\}//'
+
+# ---------------------------------------------------------------------------------------------
+# venv: Python packages, Colossal-AI (--no-deps), the helpers package, a kernel, offline JS
+# ---------------------------------------------------------------------------------------------
+venv: $(STAMP) $(OFFLINE_STAMP)
+
+$(STAMP): requirements.txt requirements-colossalai.txt pyproject.toml
+	@$(TIMER)
+	t_all=$$(date +%s.%N)
+	step "create $(VENV) with $(PYTHON) ($$($(PYTHON) --version 2>&1))$(if $(SYSTEM_SITE), using system site-packages)" \
+	  $(PYTHON) -m venv $(if $(SYSTEM_SITE),--system-site-packages) $(VENV)
+	step "pip install $(if $(TORCH_SPEC),$(TORCH_SPEC),(torch already present)) + requirements*.txt" \
+	  $(PY) -m pip install --quiet $(if $(TORCH_SPEC),"$(TORCH_SPEC)") \
+	    -r requirements.txt -r requirements-colossalai.txt
+	# colossalai 0.5.0 pins torch<=2.5.1 and transformers==4.51.3: install it without its
+	# dependency list (the ones it imports are in requirements-colossalai.txt). See README.md.
+	step "pip install --no-deps colossalai==0.5.0" \
+	  $(PY) -m pip install --quiet --no-deps colossalai==0.5.0
+	step "pip install --no-deps -e . (helpers package)" \
+	  $(PY) -m pip install --quiet --no-deps -e .
+	step "install Jupyter kernel 'python3' into $(VENV)" \
+	  $(PY) -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (book venv)"
+	$(PY) -c 'import torch, colossalai, sys; print("    python", sys.version.split()[0], "| torch", torch.__version__, "| colossalai", colossalai.__version__, "| CUDA GPUs", torch.cuda.device_count() if torch.cuda.is_available() else 0)'
+	touch $@
+	echo "==> venv ready in $$(awk -v a="$$t_all" -v b="$$(date +%s.%N)" 'BEGIN{printf "%.1f", b-a}') s"
+
+# npm pack fetches one tarball per package (no dependency tree); only the files pages load are
+# extracted (never package.json/README.md: Sphinx would take README.md for a page).
+$(OFFLINE_STAMP):
+	@$(TIMER)
+	if ! command -v npm >/dev/null 2>&1; then
+	  echo "ERROR: npm is needed once to fetch the offline ipywidgets/RequireJS JavaScript" >&2
+	  echo "       (npm pack @jupyter-widgets/html-manager@$(HTML_MANAGER_VERSION) requirejs@$(REQUIREJS_VERSION))." >&2
+	  echo "       Install Node.js/npm (Debian: apt-get install npm) and run make again." >&2
+	  exit 1
+	fi
+	fetch() {
+	  local tmp; tmp=$$(mktemp -d)
+	  (cd "$$tmp" && npm pack --silent @jupyter-widgets/html-manager@$(HTML_MANAGER_VERSION) \
+	     requirejs@$(REQUIREJS_VERSION) >/dev/null)
+	  rm -rf $(OFFLINE) && mkdir -p $(OFFLINE)
+	  tar xzf "$$tmp"/jupyter-widgets-html-manager-$(HTML_MANAGER_VERSION).tgz -C $(OFFLINE) \
+	    --strip-components=2 --wildcards 'package/dist/embed-amd.js' 'package/dist/*.woff2'
+	  tar xzf "$$tmp"/requirejs-$(REQUIREJS_VERSION).tgz -C $(OFFLINE) --strip-components=1 \
+	    package/require.js
+	  rm -rf "$$tmp"
+	}
+	step "fetch offline JS (html-manager $(HTML_MANAGER_VERSION), requirejs $(REQUIREJS_VERSION)) into $(OFFLINE)" fetch
+	test -s $(OFFLINE)/embed-amd.js && test -s $(OFFLINE)/require.js
+	echo "    $$(du -sh $(OFFLINE) | cut -f1) in $(OFFLINE): $$(cd $(OFFLINE) && ls | tr '\n' ' ')"
+	touch $@
+
+# ---------------------------------------------------------------------------------------------
+# book
+# ---------------------------------------------------------------------------------------------
+# EXECUTE=1: a copy of _config.yml with execute_notebooks: force, written to _build/.
+book: venv
+	@t0=$$(date +%s.%N)
+	config_arg=()
+	if [ -n "$(EXECUTE)" ]; then
+	  mkdir -p _build
+	  $(PY) -c 'import yaml; c = yaml.safe_load(open("_config.yml")); c["execute"]["execute_notebooks"] = "force"; open("_build/config-execute.yml", "w").write("# written by make book EXECUTE=1 from _config.yml\n" + yaml.safe_dump(c, sort_keys=False))'
+	  config_arg=(--config _build/config-execute.yml)
+	  echo "==> EXECUTE=1: every notebook is re-executed on this machine"
+	fi
+	$(RUN_ENV) $(VENV)/bin/jupyter-book build . -W -n --keep-going "$${config_arg[@]}"
+	echo "==> book built in $$(awk -v a="$$t0" -v b="$$(date +%s.%N)" 'BEGIN{printf "%.1f", b-a}') s; open:"
+	echo "    $(CURDIR)/_build/html/index.html"
+
+# ---------------------------------------------------------------------------------------------
+# tests
+# ---------------------------------------------------------------------------------------------
+# Debian's chromium for the rendered-page check in tests/test_book_build.py. If it cannot be
+# installed, the test fails (it is skipped only with BOOK_SKIP_BROWSER=1).
+chromium:
+	@if [ -x /usr/bin/chromium ]; then exit 0; fi
+	if [ "$(BOOK_SKIP_BROWSER)" = 1 ]; then
+	  echo "==> BOOK_SKIP_BROWSER=1: Chromium not installed; the rendered-page check will be SKIPPED"
+	  exit 0
+	fi
+	sudo=""; if [ "$$(id -u)" != 0 ]; then sudo="sudo"; fi
+	t0=$$(date +%s.%N)
+	echo "==> installing Debian chromium (needed by tests/test_book_build.py)"
+	if $$sudo apt-get update -qq && $$sudo env DEBIAN_FRONTEND=noninteractive \
+	     apt-get install -y -qq --no-install-recommends chromium >/dev/null; then
+	  echo "    done in $$(awk -v a="$$t0" -v b="$$(date +%s.%N)" 'BEGIN{printf "%.1f", b-a}') s"
+	else
+	  echo "WARNING: could not install chromium; the rendered-page test will FAIL" >&2
+	  echo "         (install it yourself, or set BOOK_SKIP_BROWSER=1 to skip that check)" >&2
+	fi
+
+test: venv chromium
+	@t0=$$(date +%s.%N)
+	rc=0
+	$(RUN_ENV) BOOK_SKIP_BROWSER="$(BOOK_SKIP_BROWSER)" $(PY) -m pytest tests notebooks \
+	  --nbval $(NBVAL_FLAGS) -m "not gpu" --durations=15 -q $(PYTEST_ARGS) || rc=$$?
+	echo "==> make test: pytest wall time $$(awk -v a="$$t0" -v b="$$(date +%s.%N)" 'BEGIN{printf "%.1f", b-a}') s (exit code $$rc)"
+	exit $$rc
+
+# On a GPU box: the GPU-marked tests, then every notebook re-executed (outputs differ from the
+# stored CPU ones, so only cells marked # NBVAL_CHECK_OUTPUT are compared).
+test-gpu: venv
+	@t0=$$(date +%s.%N)
+	rc=0
+	$(RUN_ENV) $(PY) -m pytest tests -m gpu --durations=15 -q $(PYTEST_ARGS) || rc=$$?
+	[ $$rc = 5 ] && { echo "(no GPU-marked tests collected)"; rc=0; }
+	$(RUN_ENV) $(PY) -m pytest notebooks --nbval-lax $(NBVAL_FLAGS) --durations=15 -q $(PYTEST_ARGS) || rc=$$?
+	echo "==> make test-gpu: wall time $$(awk -v a="$$t0" -v b="$$(date +%s.%N)" 'BEGIN{printf "%.1f", b-a}') s (exit code $$rc)"
+	exit $$rc
+
+clean:
+	rm -rf $(VENV) _build _offline *.egg-info .pytest_cache
+	find . -name __pycache__ -type d -not -path './.git/*' -prune -exec rm -rf {} +
+	find . -name .ipynb_checkpoints -type d -not -path './.git/*' -prune -exec rm -rf {} +
