@@ -6,8 +6,9 @@
 * every notebook was stored after one clean top-to-bottom run: at least one output, every
   non-empty code cell executed (execution counts increasing), no stored error;
 * every chapter page ``book/NN_topic.md`` has its notebook ``notebooks/NN_topic.ipynb``, listed in
-  ``_toc.yml`` as a section of that page, or says that it has none with a line ``% stub`` (a
-  MyST comment, not rendered) or front matter ``notebook: none``.
+  ``_toc.yml`` as a section of that page, or is marked as a stub: a line ``% stub`` (a MyST
+  comment, not rendered), front matter ``notebook: none``, or a note saying
+  "This chapter is an outline" (the pages' convention for chapters whose notebook is to come).
 """
 
 from __future__ import annotations
@@ -21,7 +22,9 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 CHAPTER = re.compile(r"^\d\d_[A-Za-z0-9_]+$")
-STUB_LINE = re.compile(r"^\s*(%|<!--)\s*(stub\b|notebook:\s*none\b)", re.IGNORECASE | re.MULTILINE)
+STUB_LINE = re.compile(
+    r"^\s*(%|<!--)\s*(stub\b|notebook:\s*none\b)|\bThis chapter is an outline\b", re.IGNORECASE | re.MULTILINE
+)
 FRONT_MATTER = re.compile(r"\A---\s*\n(.*?)\n---\s*\n", re.DOTALL)
 
 
@@ -128,7 +131,7 @@ def test_chapter_page_has_its_notebook_or_is_a_stub(page: Path):
     if not notebook.exists():
         assert _is_stub(page), (
             f"{page.relative_to(ROOT)} has no notebooks/{page.stem}.ipynb; if it has none on purpose, "
-            "mark it with a line '% stub' or front matter 'notebook: none'"
+            "mark it with a line '% stub', front matter 'notebook: none' or a note 'This chapter is an outline'"
         )
         return
     parents = _toc_files()
