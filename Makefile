@@ -40,7 +40,7 @@ RUN_ENV := env -u MPLBACKEND PATH="$(CURDIR)/$(VENV)/bin:$$PATH" JUPYTER_PREFER_
 	PYTHONHASHSEED=0 PYDEVD_DISABLE_FILE_VALIDATION=1
 
 NBVAL_FLAGS := --nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-current-env \
-	--nbval-cell-timeout 600
+	--nbval-cell-timeout 600 --timeout 900
 
 # Prints "==> step" and "    step: N.N s" around a command (bash function, used in recipes).
 define TIMER
