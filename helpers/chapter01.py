@@ -19,7 +19,7 @@ HYBRID_LAYOUTS = {
     "pp=2 (1F1B, 2 micro-batches)": ["--pp", "2", "--microbatches", "2"],
     "sp=2 all_to_all (Ulysses)": ["--sp", "2", "--sp_mode", "all_to_all"],
     "tp=2 + split_gather SP": ["--tp", "2", "--sp_mode", "split_gather"],
-    "dp=2 ZeRO-1": ["--zero", "1"],
+    "dp=2 ZeRO-1 bf16": ["--zero", "1", "--precision", "bf16"],
     "tp=2 bf16": ["--tp", "2", "--precision", "bf16"],
     "TRAP sp=2 all_to_all, sdpa": ["--sp", "2", "--sp_mode", "all_to_all", "--attn", "sdpa", "--expect_drift"],
 }
