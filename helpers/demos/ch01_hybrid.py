@@ -23,6 +23,28 @@ from helpers.tinyllama import build_llama, llama_config, shard_batch, token_batc
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
+def train_reference_mixed(model, batches, lr, dtype):
+    """Mixed precision as Colossal-AI does it: fp32 master weights updated by AdamW, a 16-bit
+    working copy for forward and backward, refreshed from the masters after every step."""
+    if dtype == torch.float32:
+        return train_reference(model, batches, lr)
+    work = copy.deepcopy(model).to(dtype)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr)
+    losses = []
+    for batch in batches:
+        loss = work(**batch).loss
+        loss.backward()
+        for master, w in zip(model.parameters(), work.parameters()):
+            master.grad, w.grad = w.grad.float(), None
+        opt.step()
+        opt.zero_grad()
+        with torch.no_grad():
+            for master, w in zip(model.parameters(), work.parameters()):
+                w.copy_(master)
+        losses.append(loss.item())
+    return losses
+
+
 def make_plugin(args):
     from colossalai.booster.plugin import HybridParallelPlugin
 
@@ -100,9 +122,8 @@ def main() -> None:
         config = llama_config(layers=4, hidden=256, heads=8, vocab=128, attn=args.attn)
         model = build_llama(config).to(env.device)
         batches = [token_batch(k, args.batch, args.seq, config.vocab_size) for k in range(args.steps)]
-        ref_model = copy.deepcopy(model).to(DTYPES[args.precision])
-        reference = train_reference(ref_model, [{k: v.to(env.device) for k, v in b.items()} for b in batches], args.lr)
-        del ref_model
+        on_device = [{k: v.to(env.device) for k, v in b.items()} for b in batches]
+        reference = train_reference_mixed(copy.deepcopy(model), on_device, args.lr, DTYPES[args.precision])
         torch.cuda.reset_peak_memory_stats(env.device)
         losses, seconds, memory, info, plugin = train_plugin(model, batches, args, env.device)
         tokens = args.batch * args.seq
