@@ -42,7 +42,7 @@ def hybrid_rows(runs: list[dict]) -> list[dict]:
         "layout": r["name"], "precision": r["precision"], "attention": r["attn"],
         "loss first→last": f"{r['losses'][0]:.3f}→{r['losses'][-1]:.3f}",
         "reference": f"{r['reference'][0]:.3f}→{r['reference'][-1]:.3f}",
-        "max |Δloss|": f"{r['max_diff']:.1e}",
+        "max |Δloss| (steps checked)": f"{r['max_diff']:.1e} ({r['checked_steps']})",
         "tokens/s": r["tokens_per_s"], "peak MiB": r["peak_mib"],
     } for r in runs]
 

