@@ -11,6 +11,8 @@
 #   SYSTEM_SITE=1            make the venv with --system-site-packages (a GPU box's CUDA torch)
 #   PYTHON=python3           interpreter that creates the venv
 #   BOOK_SKIP_BROWSER=1      skip (loudly) the headless-Chromium check instead of failing without it
+#   NO_VENV=1                use the python3 already on PATH instead of .venv (e.g. a GPU box
+#                            without a package index: source .gpu-kit/activate.sh; make test-gpu NO_VENV=1)
 
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -23,10 +25,19 @@ SYSTEM_SITE ?=
 EXECUTE ?=
 BOOK_SKIP_BROWSER ?=
 PYTEST_ARGS ?=
+NO_VENV ?=
 
 VENV := .venv
-PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+ifeq ($(NO_VENV),1)
+PY := python3
+JUPYTER_BOOK := jupyter-book
+PYTHON_ENV :=
+else
+PY := $(VENV)/bin/python
+JUPYTER_BOOK := $(VENV)/bin/jupyter-book
+PYTHON_ENV := $(STAMP)
+endif
 
 # Offline JavaScript for the ipywidgets HTML manager (ipywidgets 8.1.x needs html-manager ^1.0.1).
 HTML_MANAGER_VERSION := 1.0.15
@@ -40,7 +51,9 @@ RUN_ENV := env -u MPLBACKEND PATH="$(CURDIR)/$(VENV)/bin:$$PATH" JUPYTER_PREFER_
 	PYTHONHASHSEED=0 PYDEVD_DISABLE_FILE_VALIDATION=1
 
 NBVAL_FLAGS := --nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-current-env \
-	--nbval-cell-timeout 600 --timeout 900
+	--nbval-cell-timeout 600
+# per-test limit (pytest-timeout, in requirements.txt), so a hung rank cannot eat the CI budget
+TIMEOUT_FLAG := --timeout 900
 
 # Prints "==> step" and "    step: N.N s" around a command (bash function, used in recipes).
 define TIMER
@@ -51,7 +64,7 @@ endef
 .PHONY: help venv book test test-gpu chromium clean
 
 help:
-	@sed -n '2,14p' Makefile | sed 's/^# \{0,1\}//'
+	@sed -n '2,16p' Makefile | sed 's/^# \{0,1\}//'
 
 # ---------------------------------------------------------------------------------------------
 # venv: Python packages, Colossal-AI (--no-deps), the helpers package, a kernel, offline JS
@@ -108,7 +121,7 @@ $(OFFLINE_STAMP):
 # book
 # ---------------------------------------------------------------------------------------------
 # EXECUTE=1: a copy of _config.yml with execute_notebooks: force, written to _build/.
-book: venv
+book: $(PYTHON_ENV) $(OFFLINE_STAMP)
 	@t0=$$(date +%s.%N)
 	config_arg=()
 	if [ -n "$(EXECUTE)" ]; then
@@ -117,7 +130,7 @@ book: venv
 	  config_arg=(--config _build/config-execute.yml)
 	  echo "==> EXECUTE=1: every notebook is re-executed on this machine"
 	fi
-	$(RUN_ENV) $(VENV)/bin/jupyter-book build . -W -n --keep-going "$${config_arg[@]}"
+	$(RUN_ENV) $(JUPYTER_BOOK) build . -W -n --keep-going "$${config_arg[@]}"
 	echo "==> book built in $$(awk -v a="$$t0" -v b="$$(date +%s.%N)" 'BEGIN{printf "%.1f", b-a}') s; open:"
 	echo "    $(CURDIR)/_build/html/index.html"
 
@@ -143,22 +156,23 @@ chromium:
 	  echo "         (install it yourself, or set BOOK_SKIP_BROWSER=1 to skip that check)" >&2
 	fi
 
-test: venv chromium
+test: $(PYTHON_ENV) $(OFFLINE_STAMP) chromium
 	@t0=$$(date +%s.%N)
 	rc=0
 	$(RUN_ENV) BOOK_SKIP_BROWSER="$(BOOK_SKIP_BROWSER)" $(PY) -m pytest tests notebooks \
-	  --nbval $(NBVAL_FLAGS) -m "not gpu" --durations=15 -q $(PYTEST_ARGS) || rc=$$?
+	  --nbval $(NBVAL_FLAGS) $(TIMEOUT_FLAG) -m "not gpu" --durations=15 -q $(PYTEST_ARGS) || rc=$$?
 	echo "==> make test: pytest wall time $$(awk -v a="$$t0" -v b="$$(date +%s.%N)" 'BEGIN{printf "%.1f", b-a}') s (exit code $$rc)"
 	exit $$rc
 
 # On a GPU box: the GPU-marked tests, then every notebook re-executed (outputs differ from the
 # stored CPU ones, so only cells marked # NBVAL_CHECK_OUTPUT are compared).
-test-gpu: venv
+test-gpu: $(PYTHON_ENV)
 	@t0=$$(date +%s.%N)
 	rc=0
-	$(RUN_ENV) $(PY) -m pytest tests -m gpu --durations=15 -q $(PYTEST_ARGS) || rc=$$?
+	timeout_flag=""; if $(PY) -c 'import pytest_timeout' 2>/dev/null; then timeout_flag="$(TIMEOUT_FLAG)"; fi
+	$(RUN_ENV) $(PY) -m pytest tests -m gpu $$timeout_flag --durations=15 -q $(PYTEST_ARGS) || rc=$$?
 	[ $$rc = 5 ] && { echo "(no GPU-marked tests collected)"; rc=0; }
-	$(RUN_ENV) $(PY) -m pytest notebooks --nbval-lax $(NBVAL_FLAGS) --durations=15 -q $(PYTEST_ARGS) || rc=$$?
+	$(RUN_ENV) $(PY) -m pytest notebooks --nbval-lax $(NBVAL_FLAGS) $$timeout_flag --durations=15 -q $(PYTEST_ARGS) || rc=$$?
 	echo "==> make test-gpu: wall time $$(awk -v a="$$t0" -v b="$$(date +%s.%N)" 'BEGIN{printf "%.1f", b-a}') s (exit code $$rc)"
 	exit $$rc
 
