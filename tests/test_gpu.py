@@ -5,7 +5,6 @@ Skipped on machines with fewer than two CUDA GPUs; CI has none, the GPU box runs
 
 import pytest
 
-from helpers import chapter01
 from helpers.env import gpu_count
 from helpers.launch import launch
 
@@ -21,16 +20,5 @@ def test_from_scratch_demos_run_on_nccl(demo):
     assert {r["backend"] for r in result.results} == {"nccl"}
 
 
-@pytest.mark.parametrize("name", ["tp=2", "pp=2 (1F1B, 2 micro-batches)", "sp=2 all_to_all (Ulysses)"])
-def test_hybrid_layout_matches_the_single_gpu_reference(name):
-    result = launch("ch01_hybrid", nproc=2, args=chapter01.HYBRID_LAYOUTS[name], show="none", timeout_s=300)
-    last = next(r for r in result.results if "losses" in r)
-    assert last["max_diff"] < 2e-3
-    assert last["losses"][-1] < last["losses"][0] - 0.5  # it learned, on fresh batches
-
-
-def test_sdpa_under_sequence_parallelism_loses_the_causal_mask():
-    args = chapter01.HYBRID_LAYOUTS["TRAP sp=2 all_to_all, sdpa"]
-    result = launch("ch01_hybrid", nproc=2, args=args, show="none", timeout_s=300)
-    last = next(r for r in result.results if "losses" in r)
-    assert last["max_diff"] > 0.1
+# The HybridParallelPlugin layouts run in the notebook's GPU path (make test-gpu executes it), each
+# asserting its match with the single-GPU reference; recording them is `python -m helpers.chapter01 --record`.
