@@ -104,8 +104,23 @@ def _kill_all(procs: list[psutil.Process], grace_s: float = 3.0) -> None:
             return
 
 
+# Errors a rank raises because *another* rank died: never the root cause.
+_KNOCK_ON = ("Connection closed by peer", "remote worker", "Connection reset by peer", "Broken pipe",
+             "NCCL communicator was aborted", "ProcessGroupNCCL is aborted")
+
+
 def _failing_rank(lines: dict[int, list[str]]) -> int | None:
-    """The rank torchrun names as root cause, else the first rank that printed a traceback."""
+    """The rank that failed first of its own accord.
+
+    A crash on one rank makes its partners fail too (gloo: "Connection closed by peer"), and on a
+    busy machine torchrun may see a partner exit first; so a rank whose traceback ends in such a
+    knock-on error is only chosen when no rank failed for a reason of its own.
+    """
+    with_traceback = [r for r in sorted(k for k in lines if k != LAUNCHER)
+                      if any("Traceback" in line for line in lines[r])]
+    own = [r for r in with_traceback if not any(s in "\n".join(lines[r][-5:]) for s in _KNOCK_ON)]
+    if own:
+        return own[0]
     launcher = lines.get(LAUNCHER, [])
     for i, line in enumerate(launcher):
         if "Root Cause" in line:
@@ -113,10 +128,7 @@ def _failing_rank(lines: dict[int, list[str]]) -> int | None:
                 m = _ROOT_CAUSE_RANK.match(later)
                 if m:
                     return int(m.group(1))
-    for r in sorted(k for k in lines if k != LAUNCHER):
-        if any("Traceback" in line for line in lines[r]):
-            return r
-    return None
+    return with_traceback[0] if with_traceback else None
 
 
 def _tail(lines: list[str], n: int = 40) -> str:

@@ -71,3 +71,16 @@ def test_command_line_is_torchrun_on_a_module():
         torchrun_command("ch01_dp", 0)
     with pytest.raises(ValueError, match="show must be"):
         launch("selftest", show="loud")
+
+
+def test_the_root_cause_wins_over_a_partners_knock_on_error():
+    from helpers.launch import LAUNCHER, _failing_rank
+
+    lines = {
+        0: ["Traceback (most recent call last):", "RuntimeError: [pair.cc:553] Connection closed by peer [127.0.0.1]:1"],
+        1: ["Traceback (most recent call last):", "RuntimeError: rank 1 crashed on purpose"],
+        LAUNCHER: ["Root Cause (first observed failure):", "[0]:", "  rank      : 0 (local_rank: 0)"],
+    }
+    assert _failing_rank(lines) == 1  # torchrun saw rank 0 exit first; rank 1 is the cause
+    assert _failing_rank({0: lines[0], LAUNCHER: lines[LAUNCHER]}) == 0
+    assert _failing_rank({0: ["fine"], LAUNCHER: []}) is None
