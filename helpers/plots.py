@@ -20,10 +20,18 @@ DPI = 80
 
 
 def show(fig, key: str) -> None:
-    """Display ``fig`` in the notebook, glue it as ``key`` for the book page, and close it."""
-    from myst_nb import glue
+    """Display ``fig`` in the notebook, glue it as ``key`` for the book page, and close it.
 
-    glue(key, fig, display=True)
+    Without myst-nb (a GPU box that has only the notebook tools) the figure is just displayed.
+    """
+    try:
+        from myst_nb import glue
+    except ImportError:
+        from IPython.display import display
+
+        display(fig)
+    else:
+        glue(key, fig, display=True)
     plt.close(fig)
 
 
