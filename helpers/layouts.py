@@ -220,7 +220,7 @@ def violations(layout: Layout, model: ModelShape | None = None, global_batch: in
         if global_batch % per_step:
             why.append(f"global batch {global_batch} is not divisible by D × micro-batch = {L.dp} × {L.microbatch}")
         elif L.pp > 1 and global_batch // per_step < L.pp:
-            why.append(f"{global_batch // per_step} micro-batches per step < P={L.pp} stages (1F1B needs m ≥ P)")
+            why.append(f"m={global_batch // per_step} micro-batches per step < P={L.pp} stages (1F1B needs m ≥ P)")
     return why
 
 
