@@ -211,7 +211,7 @@ def check(cfg: TrainConfig) -> None:
         raise _fail("parallelism.sequence", 1, f"sequence_mode {mode} with sequence 1 splits nothing",
                     "set sequence: 2 or more, or remove sequence_mode")
     if p.pipeline > 1 and p.microbatches is None and t.micro_batch_size is None:
-        raise _fail("parallelism.microbatches", None, f"pipeline = {p.pipeline} needs micro-batches to keep its "
+        raise _fail("parallelism.microbatches", "(not set)", f"pipeline = {p.pipeline} needs micro-batches to keep its "
                     "stages busy", f"add microbatches: {2 * p.pipeline} (≥ pipeline; more shrinks the bubble)")
     if p.microbatches is not None and p.pipeline == 1:
         raise _fail("parallelism.microbatches", p.microbatches, "micro-batches feed the pipeline schedule and "
@@ -299,9 +299,10 @@ def check_world(cfg: TrainConfig, procs: int) -> None:
         return
     need = cfg.data_degree * mp
     if need != procs:
-        fix = f"set data: {procs // mp}" if procs % mp == 0 else f"use {need} processes"
+        fix = f"set data: {procs // mp} or data: auto" if procs % mp == 0 else \
+            f"use {need} processes ({procs} is not a multiple of {parts} = {mp})"
         raise ConfigError(f"parallelism: data={cfg.data_degree} × {parts} needs {need} processes, but {procs} were "
-                          f"requested; {fix} or data: auto", "parallelism.data", cfg.data_degree)
+                          f"requested; {fix}", "parallelism.data", cfg.data_degree)
 
 
 # -- loading and error messages ---------------------------------------------------------------
@@ -364,7 +365,10 @@ def load_config(source: str | Path | dict, world_size: int | None = None) -> Tra
 _EXAMPLES = {"train": "{batch_size: 128, learning_rate: 3e-4}", "batch_size": 128, "learning_rate": "3e-4", "precision": "bf16", "tensor": 2, "pipeline": 2,
              "data": 8, "sequence": 2, "microbatches": 4, "zero_stage": 1, "steps": 100, "save_interval": 1000}
 _HINTS = {"parallel": "a legacy config.py key: migrate with helpers.config_legacy.migrate_legacy",
-          "fp16": "precision lives in train: precision: fp16", "optimizer": "the optimizer is set by the training script"}
+          "fp16": "precision lives in train: precision: fp16", "optimizer": "the optimizer is set by the training script",
+          "lr": "did you mean 'learning_rate'?", "global_batch_size": "did you mean 'batch_size'? (it is the global batch)"}
+_HINTS.update({ax: f"did you mean '{name}'? (the config spells out the axis names dp/tp/pp/sp)"
+               for ax, name in (("dp", "data"), ("tp", "tensor"), ("pp", "pipeline"), ("sp", "sequence"))})
 
 
 def _field_of(loc: tuple) -> tuple[str, str]:
@@ -406,17 +410,21 @@ def _translate(err: ValidationError, raw: dict) -> ConfigError:
         hint = f"did you mean '{close[0]}'? " if close else ""
         if key == "sequence_mode" and str(value).lower() in ("sequence", "1d"):
             hint = "legacy mode names do not exist any more; "
+        if key == "kind" and "gpt" in str(value).lower():
+            hint = "GPT-2 loses its causal mask under HybridParallelPlugin without flash attention (Chapter 1); "
         msg = _fail(field, value, "not a valid choice", f"{hint}valid: {', '.join(valid)}")
     elif kind in ("greater_than_equal", "greater_than", "less_than_equal"):
         bound = e["ctx"].get("ge", e["ctx"].get("gt", e["ctx"].get("le")))
         rel = {"greater_than_equal": "≥", "greater_than": ">", "less_than_equal": "≤"}[kind]
         fix = ("ZeRO stages are 0 (off), 1, 2 and 3" if key == "zero_stage" else
                "a degree counts processes: 1 switches the dimension off" if e["loc"][0] == "parallelism" else
-               f"use a positive value, e.g. {key}: {example}")
+               ("0 turns clipping off" if key == "max_grad_norm" else f"use a positive value, e.g. {key}: {example}"))
         msg = _fail(field, value, f"must be {rel} {bound}", fix)
     elif kind in ("model_type", "dict_type", "model_attributes_type"):
         msg = _fail(field, value, "must be a mapping (a section of keys)", f"write it as '{key}:' followed by "
                     "indented 'key: value' lines")
+    elif kind == "string_too_short":
+        msg = _fail(field, value, "must not be empty", f"name a folder, e.g. {key}: ckpt/run1")
     elif kind.startswith(("int_", "float_", "string_", "value_error")) or kind == "bool_type":
         want = {"int": "a whole number", "flo": "a number", "str": "a string"}.get(kind[:3], "a number")
         fix = f"write e.g. {key}: {example}"
