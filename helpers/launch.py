@@ -122,6 +122,9 @@ def _failing_rank(lines: dict[int, list[str]]) -> int | None:
     if own:
         return own[0]
     launcher = lines.get(LAUNCHER, [])
+    killed = _killed_by_signal(launcher)
+    if killed:  # e.g. SIGKILL (OOM killer, a lost node): no traceback, and torchrun's tie-break may miss it
+        return killed[0]
     for i, line in enumerate(launcher):
         if "Root Cause" in line:
             for later in launcher[i:]:
@@ -129,6 +132,28 @@ def _failing_rank(lines: dict[int, list[str]]) -> int | None:
                 if m:
                     return int(m.group(1))
     return with_traceback[0] if with_traceback else None
+
+
+_EXITCODE = re.compile(r"^\s*exitcode\s*:\s*-(\d+)")
+
+
+def _killed_by_signal(launcher: list[str]) -> list[int]:
+    """Ranks torchrun's failure summary lists as ended by a signal other than its own SIGTERM.
+
+    torchrun stamps failures to the second and breaks ties by rank, so a partner that exits on its
+    own knock-on error in the same second can be named "Root Cause" instead of the rank that was
+    killed; a rank that died of a signal torchrun did not send is the cause.
+    """
+    ranks, rank = [], None
+    for line in launcher:
+        m = _ROOT_CAUSE_RANK.match(line)
+        if m:
+            rank = int(m.group(1))
+            continue
+        m = _EXITCODE.match(line)
+        if m and rank is not None and int(m.group(1)) != signal.SIGTERM and rank not in ranks:
+            ranks.append(rank)
+    return ranks
 
 
 def _tail(lines: list[str], n: int = 40) -> str:
