@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import inspect
 import math
+import warnings
 from dataclasses import dataclass, field
 
 from helpers.config import TrainConfig, load_config
@@ -47,7 +48,9 @@ def plugin_class(name: str):
     """The Colossal-AI plugin class called ``name`` (imports Colossal-AI)."""
     if name not in PLUGINS:
         raise ValueError(f"unknown plugin {name!r}; one of {PLUGINS}")
-    from colossalai.booster import plugin as plugins
+    with warnings.catch_warnings():  # optional-kernel notices (apex, tensornvme) on import
+        warnings.simplefilter("ignore")
+        from colossalai.booster import plugin as plugins
 
     return getattr(plugins, name)
 
