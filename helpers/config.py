@@ -248,12 +248,15 @@ def _check_model(p: Parallelism, m: Model) -> None:
             ok = [d for d in _divisors(m.heads) if m.kv % d == 0]
             raise _fail("parallelism.tensor", p.tensor, f"does not divide model.{name} = {n} (each tensor rank "
                         f"holds whole heads)", f"try tensor {_nearest(ok, p.tensor)}")
-    if p.sequence_mode == "all_to_all" and m.heads % (p.tensor * p.sequence):
-        ok = [d for d in _divisors(m.heads // p.tensor)]
-        raise _fail("parallelism.sequence", p.sequence, f"all_to_all gives each rank heads / (tensor × sequence) = "
-                    f"{m.heads} / {p.tensor * p.sequence} heads, not whole", f"try sequence {_nearest(ok, p.sequence)}")
+    for name, n in (("heads", m.heads), ("kv_heads", m.kv)):
+        if p.sequence_mode == "all_to_all" and n % (p.tensor * p.sequence):  # shardformer: n // sp // tp, unchecked
+            ok = [d for d in _divisors(m.heads // p.tensor) if (m.kv // p.tensor) % d == 0]
+            raise _fail("parallelism.sequence", p.sequence, f"all_to_all gives each rank model.{name} / (tensor × "
+                        f"sequence) = {n} / {p.tensor * p.sequence} heads, not whole",
+                        f"try sequence {_nearest(ok, p.sequence)}")
     if m.layers % p.pipeline:
-        raise _fail("parallelism.pipeline", p.pipeline, f"does not divide model.layers = {m.layers} into equal stages",
+        raise _fail("parallelism.pipeline", p.pipeline, f"does not divide model.layers = {m.layers} into equal stages "
+                    "(the pipeline would run at the pace of its largest stage)",
                     f"try pipeline {_nearest(_divisors(m.layers), p.pipeline)}")
     split = {"all_to_all": p.sequence, "ring_attn": 2 * p.sequence}.get(p.sequence_mode or "", 1)
     if p.sequence_mode in SHARES_TP:

@@ -176,7 +176,10 @@ BAD = [
     ("layers vs pipeline", cfg(model={"layers": 5}), None, "parallelism.pipeline", "2", "try pipeline 1 or 5"),
     ("sequence vs heads", cfg(parallelism={"pipeline": 1, "microbatches": DEL, "sequence": 8,
                                            "sequence_mode": "all_to_all"}), None, "parallelism.sequence", "8",
-     "try sequence 2 or 4"),
+     "try sequence 1 or 2"),
+    ("sequence vs kv heads", cfg(parallelism={"pipeline": 1, "microbatches": DEL, "tensor": 1, "sequence": 8,
+                                              "sequence_mode": "all_to_all"}), None, "parallelism.sequence", "8",
+     "model.kv_heads / (tensor × sequence) = 4 / 8"),
     ("seq_len vs sequence", cfg(parallelism={"pipeline": 1, "microbatches": DEL, "tensor": 1, "sequence": 2,
                                              "sequence_mode": "all_to_all"}, model={"seq_len": 255}),
      None, "model.seq_len", "255", "multiple of 2"),
@@ -431,7 +434,7 @@ def test_scaled_down_seed():
 
 def test_scaled_down_keeps_sequence_mode_and_gqa():
     full = load_config(cfg(parallelism={"data": 4, "pipeline": 1, "microbatches": DEL, "tensor": 2, "sequence": 4,
-                                        "sequence_mode": "all_to_all"}, model={"heads": 16, "hidden": 512}))
+                                        "sequence_mode": "all_to_all"}, model={"heads": 16, "kv_heads": 8, "hidden": 512}))
     small = scaled_down(full, 4)
     p, m = small.parallelism, small.model
     assert (p.data, p.tensor, p.sequence, p.sequence_mode) == (1, 2, 2, "all_to_all")
