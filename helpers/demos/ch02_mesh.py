@@ -35,7 +35,7 @@ def checked_members(pg_mesh, group, rank: int) -> tuple[list[int], int]:
     return members, int(total.item())
 
 
-def plugin_groups(layout: Layout, world: int) -> dict:
+def plugin_groups(layout: Layout) -> dict:
     """Construct HybridParallelPlugin and read back the groups it holds."""
     from colossalai.booster.plugin import HybridParallelPlugin
 
@@ -75,7 +75,7 @@ def main() -> None:
         result = {"layout": str(layout), "coords": coords, "groups": groups, "sums": sums,
                   "world_size": env.world_size}
         if args.plugin:
-            result["plugin"] = plugin_groups(layout, env.world_size)
+            result["plugin"] = plugin_groups(layout)
         pg_mesh.destroy_mesh_process_groups()
         if env.rank == 0:
             say(f"{layout} on {env.world_size} ranks ({env.backend}); mesh axes {axes}, shape {pg_mesh.shape}")
