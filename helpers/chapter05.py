@@ -27,40 +27,27 @@ CPU_ONLY_DP = (
 )
 
 
-def wants_hybrid(cfg) -> bool:
-    """Does the config need HybridParallelPlugin (a model-parallel axis or ZeRO)?"""
-    p = cfg.parallelism
-    return p.model_parallel > 1 or p.zero_stage > 0
+def build_plugin(cfg, device: torch.device, bucket_cap_mb: float | None = None):
+    """(plugin, Booster kwargs, spec) for this config, chosen by Chapter 4's
+    :func:`helpers.config_plugin.plugin_spec`: TorchDDPPlugin for pure data parallelism,
+    HybridParallelPlugin when tensor/pipeline/sequence > 1, LowLevelZero/Gemini for ZeRO.
 
-
-def build_plugin(cfg, device: torch.device):
-    """(plugin, booster kwargs) for this config: TorchDDPPlugin for pure data parallelism,
-    HybridParallelPlugin when tensor/pipeline/sequence > 1 or ZeRO is on (CUDA only).
-
-    On the CPU anything but fp32 data parallelism raises a RuntimeError that says why and what to
-    change, before Colossal-AI fails somewhere deep inside a rank.
+    On the CPU anything but TorchDDPPlugin in fp32 raises a RuntimeError that says why and what
+    to change, before Colossal-AI fails somewhere deep inside a rank. ``bucket_cap_mb`` sets DDP's
+    gradient bucket size (torch's default, 25 MB, holds the whole tiny model in one bucket).
     """
-    p, t = cfg.parallelism, cfg.train
-    if device.type != "cuda" and (wants_hybrid(cfg) or t.precision != "fp32"):
-        layout = f"tensor={p.tensor}, pipeline={p.pipeline}, sequence={p.sequence}, zero_stage={p.zero_stage}, precision={t.precision}"
+    from helpers.config_plugin import plugin_class, plugin_spec
+
+    spec = plugin_spec(cfg)
+    if device.type != "cuda" and (spec.plugin != "TorchDDPPlugin" or spec.booster_kwargs.get("mixed_precision")):
+        p = cfg.parallelism
+        layout = (f"tensor={p.tensor}, pipeline={p.pipeline}, sequence={p.sequence}, zero_stage={p.zero_stage}, "
+                  f"precision={cfg.train.precision} -> {spec.plugin}")
         raise RuntimeError(f"this config ({layout}) needs GPUs. " + CPU_ONLY_DP.format(need=cfg.world_size()))
-    if not wants_hybrid(cfg):
-        from colossalai.booster.plugin import TorchDDPPlugin
-
-        mixed = None if t.precision == "fp32" else t.precision  # Booster(mixed_precision="fp16"/"bf16")
-        return TorchDDPPlugin(), {"mixed_precision": mixed}
-    from colossalai.booster.plugin import HybridParallelPlugin
-
-    kwargs = dict(tp_size=p.tensor, pp_size=p.pipeline, zero_stage=p.zero_stage, precision=t.precision)
-    if p.pipeline > 1:
-        kwargs["microbatch_size"] = cfg.micro_batch
-    if p.sequence_mode is not None:
-        kwargs.update(enable_sequence_parallelism=True, sequence_parallelism_mode=p.sequence_mode)
-        if p.sequence_mode in ("all_to_all", "ring_attn"):
-            kwargs["sp_size"] = p.sequence
-    if t.max_grad_norm:
-        kwargs["max_norm"] = t.max_grad_norm
-    return HybridParallelPlugin(**kwargs), {}
+    kwargs = dict(spec.kwargs)
+    if spec.plugin == "TorchDDPPlugin" and bucket_cap_mb is not None:
+        kwargs["bucket_cap_mb"] = bucket_cap_mb
+    return plugin_class(spec.plugin)(**kwargs), dict(spec.booster_kwargs), spec
 
 
 class ProgressionDataset(Dataset):

@@ -212,3 +212,27 @@ def mesh_figure(mesh, names: dict[str, str] | None = None, labels: bool | None =
     fig.suptitle(title or f"{mesh.world_size} ranks as D={D} × P={P} × T={T}, coordinate (dp, pp, tp)", fontsize=10)
     fig.tight_layout(rect=(0, 0.07, 1, 1))
     return fig
+
+
+def resume_figure(uninterrupted: list[float], before_kill: dict[int, float], resumed: list[float],
+                  resume_step: int, kill_step: int):
+    """Chapter 5: the loss of an uninterrupted run, of a run killed at ``kill_step`` (what it logged)
+    and of its resumption from the checkpoint of ``resume_step``; steps count from 1."""
+    steps = np.arange(1, len(uninterrupted) + 1)
+    fig, ax = plt.subplots(figsize=(7, 3), dpi=DPI)
+    ax.plot(steps, uninterrupted, color="black", lw=4, alpha=0.25, label="uninterrupted run")
+    killed = sorted(before_kill)
+    ax.plot(killed, [before_kill[s] for s in killed], "o-", color=RANK_COLOURS[0], ms=4, lw=1.2,
+            label=f"run killed at step {kill_step}")
+    again = steps[resume_step:]
+    ax.plot(again, resumed[resume_step:], "s--", color=RANK_COLOURS[1], ms=4, lw=1.2,
+            label=f"resumed from step_{resume_step:08d}")
+    ax.axvline(kill_step, color=RANK_COLOURS[3], lw=1, ls=":")
+    ax.annotate("SIGKILL", (kill_step, max(uninterrupted)), color=RANK_COLOURS[3], fontsize=8, ha="right")
+    ax.axvline(resume_step + 0.5, color="grey", lw=1, ls=":")
+    ax.set_xticks(steps)
+    ax.set_xlabel("step"), ax.set_ylabel("loss (mean over ranks)")
+    ax.set_title("Killed, resumed from the last checkpoint: the same losses bit for bit", fontsize=10)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig

@@ -4,9 +4,10 @@
     torchrun ... --resume                      # continue from the last complete checkpoint
     torchrun ... --kill_at 5 --kill_rank 1     # fault demo: rank 1 SIGKILLs itself at step 5
 
-The plugin comes from the config (:func:`helpers.chapter05.build_plugin`): TorchDDPPlugin for
-pure data parallelism (CPU or GPU), HybridParallelPlugin when tensor/pipeline/sequence > 1 or
-ZeRO is on (GPUs only; on the CPU the run stops with a message saying why). Every
+The plugin comes from the config through Chapter 4's ``plugin_spec``
+(:func:`helpers.chapter05.build_plugin`): TorchDDPPlugin for pure data parallelism (CPU or GPU),
+HybridParallelPlugin when tensor/pipeline/sequence > 1, LowLevelZero/Gemini for ZeRO (GPUs only;
+on the CPU the run stops with a message saying why). Every
 ``save_interval`` steps and at the end it writes an atomic checkpoint (:mod:`helpers.checkpoint`).
 Steps count from 1: "step 5" is the fifth optimizer update and ``step_00000003`` holds the state
 after three. Rank 0 logs throughput, memory and the communication-wait share every
@@ -27,7 +28,7 @@ import torch
 import torch.distributed as dist
 
 from helpers import checkpoint as ckpt
-from helpers.chapter05 import ProgressionDataset, build_plugin, layout_of, wants_hybrid
+from helpers.chapter05 import ProgressionDataset, build_plugin, layout_of
 from helpers.config import load_config
 from helpers.env import distributed, emit, say
 from helpers.faults import maybe_die
@@ -46,6 +47,7 @@ def parse_args(argv=None):
     p.add_argument("--checkpoint_dir", help="override train.checkpoint_dir")
     p.add_argument("--resume", nargs="?", const="latest", help="'latest' (the default when given "
                    "without a value) or a checkpoint folder step_XXXXXXXX")
+    p.add_argument("--bucket_cap_mb", type=float, help="DDP gradient bucket size (default: torch's 25 MB)")
     p.add_argument("--log_interval", type=int, default=2, help="steps between signal lines")
     p.add_argument("--progress", choices=("auto", "on", "off"), default="auto", help="tqdm bar on rank 0 "
                    "(auto: only when stderr is a terminal)")
@@ -95,8 +97,12 @@ def train(args, env):
 
     cfg = configure(args, env.world_size)
     t, m = cfg.train, cfg.model
-    plugin, booster_kwargs = build_plugin(cfg, env.device)
-    booster, hybrid = Booster(plugin=plugin, **booster_kwargs), wants_hybrid(cfg)
+    layout, root = layout_of(cfg, env.world_size), Path(t.checkpoint_dir)
+    path = (ckpt.latest(root) if args.resume == "latest" else Path(args.resume)) if args.resume else None
+    if path is not None:  # refuse a checkpoint of another layout before building anything
+        ckpt.check_layout(ckpt.read_meta(path)["layout"], layout, path)
+    plugin, booster_kwargs, spec = build_plugin(cfg, env.device, args.bucket_cap_mb)
+    booster, sharded = Booster(plugin=plugin, **booster_kwargs), spec.plugin != "TorchDDPPlugin"
     config = llama_config(layers=m.layers, hidden=m.hidden, heads=m.heads, kv_heads=m.kv_heads,
                           vocab=m.vocab, max_seq=m.seq_len)
     config.attention_dropout = DROPOUT
@@ -111,23 +117,20 @@ def train(args, env):
     model, optimizer, _, loader, scheduler = booster.boost(model, optimizer, dataloader=loader, lr_scheduler=scheduler)
     comm = CommTimer()
     ddp = comm.attach(model)  # False under HybridParallelPlugin: no DDP module to hook
-    layout, step, losses, pos = layout_of(cfg, env.world_size), 0, [], ckpt.DataPosition()
-
-    root = Path(t.checkpoint_dir)
-    if args.resume:
-        path = ckpt.latest(root) if args.resume == "latest" else Path(args.resume)
-        if path is None:
-            say(f"--resume: no complete checkpoint under {root} yet, starting at step 0") if env.rank == 0 else None
-        else:
-            r = ckpt.load(booster, model, optimizer, scheduler, path, layout)
-            step, losses, pos = r.step, r.losses, r.data
-            if env.rank == 0:
-                say(f"resumed from {path.name}: step {step}, epoch {pos.epoch}, batch {pos.batch_in_epoch} of it, "
-                    f"{pos.samples_seen} samples seen")
+    step, losses, pos = 0, [], ckpt.DataPosition()
+    if path is not None:
+        r = ckpt.load(booster, model, optimizer, scheduler, path, layout)
+        step, losses, pos = r.step, r.losses, r.data
+        if env.rank == 0:
+            say(f"resumed from {path.name}: step {step}, epoch {pos.epoch}, batch {pos.batch_in_epoch} of it, "
+                f"{pos.samples_seen} samples seen")
+    elif args.resume and env.rank == 0:
+        say(f"--resume: no complete checkpoint under {root} yet, starting at step 0")
     if env.rank == 0:
-        say(f"{type(plugin).__name__} on {env.world_size} ranks ({env.backend}) | data {cfg.data_degree} x tensor "
-            f"{cfg.parallelism.tensor} x pipeline {cfg.parallelism.pipeline} | global batch {t.batch_size} = "
-            f"{cfg.data_degree} x {cfg.num_microbatches} micro-batches x {cfg.micro_batch} | steps {step + 1}..{t.steps}")
+        par = cfg.parallelism
+        say(f"{spec.plugin} on {env.world_size} ranks ({env.backend}) | data {cfg.data_degree} x tensor {par.tensor} "
+            f"x pipeline {par.pipeline} | global batch {t.batch_size} = {cfg.data_degree} x {cfg.num_microbatches} "
+            f"micro-batches x {cfg.micro_batch} | steps {step + 1}..{t.steps}")
 
     per_epoch = len(dataset) // t.batch_size
     show_bar = env.rank == 0 and (args.progress == "on" or (args.progress == "auto" and sys.stderr.isatty()))
@@ -138,7 +141,7 @@ def train(args, env):
         loader.sampler.set_position(pos.epoch, pos.batch_in_epoch * cfg.per_rank_batch)
         for batch in loader:
             maybe_die(step + 1, env.rank, None if args.kill_in_save else args.kill_at, args.kill_rank)
-            loss = train_step(booster, model, optimizer, batch, cfg, env.device, hybrid and cfg.parallelism.pipeline > 1, ddp)
+            loss = train_step(booster, model, optimizer, batch, cfg, env.device, cfg.parallelism.pipeline > 1, ddp)
             scheduler.step()
             held = torch.tensor([0.0 if loss is None else 1.0, 0.0 if loss is None else float(loss)], device=env.device)
             with comm.blocking(env.device):
@@ -160,12 +163,12 @@ def train(args, env):
                 kill = args.kill_rank if args.kill_in_save and step == args.kill_at else None
                 with meter.paused():
                     saved = ckpt.save(booster, model, optimizer, scheduler, root, step, pos, layout, losses,
-                                      shard=hybrid, kill_rank=kill)
+                                      shard=sharded, kill_rank=kill)
                 log(f"saved {saved.name} (epoch {pos.epoch}, batch {pos.batch_in_epoch})") if env.rank == 0 else None
             if step == t.steps or pos.batch_in_epoch == 0:
                 break  # done, or the epoch is over: the while loop sets the next epoch's order
     bar.close()
-    digest = None if hybrid else ckpt.params_digest(model.unwrap().state_dict())
+    digest = None if sharded else ckpt.params_digest(model.unwrap().state_dict())
     result = dict(final=True, losses=losses, digest=digest, world_size=env.world_size, plugin=type(plugin).__name__,
                   backend=env.backend, last_checkpoint=str(ckpt.latest(root)) if t.save_interval else None)
     del model, optimizer, scheduler, booster, loader  # known-facts: free the DDP reducer before teardown
