@@ -467,3 +467,43 @@ def test_trainconfig_is_frozen_and_with_changes_validates():
     with pytest.raises(ConfigError, match="train.batch_size = 31"):
         c.with_changes({"train": {"batch_size": 31}})
     assert isinstance(TrainConfig.model_validate(BASE), TrainConfig)
+
+
+# -- the chapter page agrees with the code ----------------------------------------------------------
+PAGE = ROOT / "book" / "04_config.md"
+
+
+def test_page_field_table_lists_exactly_the_schema():
+    rows = re.findall(r"^\|\s*(`\w+`)?\s*\|\s*`(\w+)`\s*\|", PAGE.read_text(), re.MULTILINE)
+    listed, section = [], None
+    for sec, name in rows:
+        section = sec.strip("`") or section
+        listed.append(f"{section}.{name}")
+    schema = [f"{s}.{f}" for s, info in TrainConfig.model_fields.items() for f in info.annotation.model_fields]
+    assert listed == schema
+
+
+def test_page_exercise_answers():
+    from helpers.config_legacy import migrate_to_config
+
+    combos = []
+    for t in range(1, 9):
+        for p in range(1, 9):
+            raw = {"parallelism": {"data": "auto", "tensor": t, "pipeline": p, **({"microbatches": p} if p > 1 else {})},
+                   "train": {"batch_size": 64 * p, "learning_rate": 1e-3},
+                   "model": {"heads": 40, "kv_heads": 8, "layers": 60, "hidden": 40 * 64}}
+            try:
+                c = load_config(raw, world_size=32)
+            except ConfigError:
+                continue
+            combos.append((c.parallelism.data, t, p))
+    assert len(combos) == 12 and (1, 8, 4) in combos and (2, 4, 4) in combos  # exercise 1
+    with pytest.raises(ConfigError, match="e.g. 496"):  # exercise 2
+        load_config({"parallelism": {"data": 16, "pipeline": 2, "microbatches": 8},
+                     "train": {"batch_size": 500, "learning_rate": 1e-3}})
+    legacy = ('parallel = dict(pipeline=4, tensor=dict(size=2, mode="1d"))\nBATCH_SIZE = 4\nNUM_MICRO_BATCHES = 8\n'
+              "LEARNING_RATE = 1e-4\nNUM_LAYERS = 32\nNUM_HEADS = 32\nHIDDEN_SIZE = 4096")
+    with pytest.raises(ConfigError, match=r"microbatches = 8.*use microbatches 2 or 4"):  # exercise 4
+        migrate_to_config(legacy, world_size=64)
+    p = scaled_down(load_config("seed_complete.yaml"), 4).parallelism  # exercise 5
+    assert (p.data, p.tensor, p.pipeline) == (1, 2, 2)
