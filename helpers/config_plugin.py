@@ -218,7 +218,7 @@ def html_table(rows: list[dict], columns: list[str]) -> str:
     head = "".join(f"<th>{escape(c)}</th>" for c in columns)
     body = "".join("<tr>" + "".join(f"<td>{escape(str(r.get(c, '')))}</td>" for c in columns) + "</tr>"
                    for r in rows)
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    return f"<table class=\"table\"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
 def show_table(rows: list[dict], columns: list[str], key: str) -> None:
