@@ -239,8 +239,8 @@ def check_layout(saved: dict, now: dict, path: Path) -> None:
             f"cannot resume {path.name}: it was saved with a different layout ({listed}). "
             "Each rank's RNG stream and its slice of every global batch depend on the data-parallel "
             "size, so this run would not continue the saved one. Relaunch with the saved layout "
-            f"(torchrun --nproc_per_node ... for world_size {saved.get('world_size')}), or start "
-            "a new run from these weights without --resume."
+            f"({saved.get('world_size')} processes in all); resuming under another layout is not "
+            "supported by this entry point yet."
         )
 
 

@@ -228,8 +228,11 @@ def resume_figure(uninterrupted: list[float], before_kill: dict[int, float], res
     ax.plot(again, resumed[resume_step:], "s--", color=RANK_COLOURS[1], ms=4, lw=1.2,
             label=f"resumed from step_{resume_step:08d}")
     ax.axvline(kill_step, color=RANK_COLOURS[3], lw=1, ls=":")
-    ax.annotate("SIGKILL", (kill_step, max(uninterrupted)), color=RANK_COLOURS[3], fontsize=8, ha="right")
+    ax.text(kill_step - 0.05, 0.04, "SIGKILL", transform=ax.get_xaxis_transform(), color=RANK_COLOURS[3],
+            fontsize=8, ha="right")
     ax.axvline(resume_step + 0.5, color="grey", lw=1, ls=":")
+    ax.text(resume_step + 0.45, 0.04, "last checkpoint", transform=ax.get_xaxis_transform(), color="grey",
+            fontsize=8, ha="right")
     ax.set_xticks(steps)
     ax.set_xlabel("step"), ax.set_ylabel("loss (mean over ranks)")
     ax.set_title("Killed, resumed from the last checkpoint: the same losses bit for bit", fontsize=10)
