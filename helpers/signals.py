@@ -21,7 +21,7 @@ by a slow partner (a straggler) counts as communication although it is really th
 compute; on two shared CPU cores gloo's threads compete with compute, so "busy" also absorbs CPU
 contention. On GPUs, NCCL completes a future when the collective is queued on its stream, not when
 it has finished, so host clocks in the hook measure nothing useful there: use CUDA events or
-``torch.profiler``. Plugins without a DDP module (``HybridParallelPlugin``) report no share.
+``torch.profiler``. So the share is reported only for DDP on gloo; elsewhere the line says "n/a".
 """
 
 from __future__ import annotations
@@ -62,11 +62,16 @@ class CommTimer:
         self.enabled = False
 
     def attach(self, model) -> bool:
-        """Register the timing hook on the DDP module inside a boosted model; False if there is none."""
+        """Register the timing hook on the DDP module inside a boosted model.
+
+        False (nothing measured) when there is no DDP module or when its collectives do not run
+        on gloo: NCCL's futures complete before the GPU has done the work (see the module notes).
+        """
+        import torch.distributed as dist
         from torch.nn.parallel import DistributedDataParallel as DDP
 
         ddp = getattr(model, "module", model)
-        if not isinstance(ddp, DDP):
+        if not isinstance(ddp, DDP) or dist.get_backend(ddp.process_group) != "gloo":
             return False
         ddp.register_comm_hook(None, self._hook)
         self.enabled = True
@@ -136,7 +141,7 @@ class Signals:
     def line(self) -> str:
         mem = (f"GPU peak {self.memory['gpu_peak_mib']:.0f} MiB" if "gpu_peak_mib" in self.memory
                else f"RSS {self.memory['rss_mib']:.0f} MiB (peak {self.memory['rss_peak_mib']:.0f} MiB)")
-        comm = ("comm wait n/a (no DDP hook)" if self.comm_wait_share is None else
+        comm = ("comm wait n/a (measured for DDP on gloo only)" if self.comm_wait_share is None else
                 f"comm wait {100 * self.comm_wait_share:.1f}% (all-reduce busy {100 * self.comm_busy_share:.1f}%)")
         return f"{self.samples_per_s:.1f} samples/s, {self.tokens_per_s:.1f} tokens/s | {mem} | {comm}"
 

@@ -116,7 +116,8 @@ def train(args, env):
         distributed_sampler_cls=functools.partial(ckpt.ResumableSampler, seed=t.seed))
     model, optimizer, _, loader, scheduler = booster.boost(model, optimizer, dataloader=loader, lr_scheduler=scheduler)
     comm = CommTimer()
-    ddp = comm.attach(model)  # False under HybridParallelPlugin: no DDP module to hook
+    ddp = spec.plugin == "TorchDDPPlugin"  # no_sync accumulation and clipping by the loop (the others clip inside)
+    timed = comm.attach(model)  # DDP on gloo only: NCCL completes futures before the GPU is done
     step, losses, pos = 0, [], ckpt.DataPosition()
     if path is not None:
         r = ckpt.load(booster, model, optimizer, scheduler, path, layout)
@@ -136,7 +137,7 @@ def train(args, env):
     show_bar = env.rank == 0 and (args.progress == "on" or (args.progress == "auto" and sys.stderr.isatty()))
     bar = tqdm(total=t.steps, initial=step, desc="train", unit="step", file=sys.stderr, disable=not show_bar)
     log = bar.write if show_bar else say
-    meter = Meter(env.device, comm if ddp else None)
+    meter = Meter(env.device, comm if timed else None)
     while step < t.steps:
         loader.sampler.set_position(pos.epoch, pos.batch_in_epoch * cfg.per_rank_batch)
         for batch in loader:
