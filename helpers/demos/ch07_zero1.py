@@ -139,7 +139,7 @@ def main() -> None:
             say(f"Adam m+v per rank: {opt_bytes} B = 8Ψ/N {predicted:g} B + padding {padding_bytes:g} B "
                 f"(unsharded: {ref_opt_bytes} B, {ref_opt_bytes / opt_bytes:.2f}x more)")
             say(f"sent per step per rank: reduce-scatter {comm['reduce_scatter']} B + all-gather {comm['all_gather']} B "
-                f"= {comm['total']} B = one all-reduce of the {comm['buffer']} B buffer")
+                f"= {comm['total']} B = 2(N-1)/N x {comm['buffer']} B buffer, as much as one all-reduce")
             say("OK: ZeRO-1 matches unsharded Adam and holds 1/N of its optimizer state")
         emit(
             world_size=N, backend=env.backend, steps=args.steps, params=lay.numel, padded=lay.padded, pad=lay.pad,
