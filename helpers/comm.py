@@ -21,9 +21,7 @@ Sources:
   an all-gather plus a reduce-scatter of the same volume.
 * **Ulysses** (Jacobs et al. 2023, DeepSpeed-Ulysses, §3.2): all-to-all of Q, K, V and of the
   attention output, per layer 4·b·s·h/P elements per rank in forward (the same again in backward).
-* **Pipeline bubble** (Narayanan et al. 2021, "Efficient Large-Scale Language Model Training on GPU
-  Clusters Using Megatron-LM", §2.2): (p-1)/m of ideal time for 1F1B/GPipe, (p-1)/(v·m) interleaved
-  with v chunks per stage; as a share of the step (p-1)/(m+p-1) when v = 1.
+* **Pipeline bubble**: see :func:`helpers.pipeline.bubble_fraction` (one home for it).
 * **Seed rule**: share = t_comm / (t_comm + t_compute); above 0.5 the seed advises lowering TP,
   raising the batch, or overlapping (formulas.md, "Communication share").
 """
@@ -193,17 +191,6 @@ def ops_bytes_sent(ops: Iterable[tuple[str, float]], n: int) -> float:
 def ops_time(ops: Iterable[tuple[str, float]], n: int, link: Link) -> float:
     """Modelled seconds for a list of (collective, S): one latency per collective, no overlap."""
     return sum(collective_time(c, size, n, link) for c, size in ops)
-
-
-def pipeline_bubble(p: int, m: int, v: int = 1) -> float:
-    """Idle share of a pipeline step: bubble β = (p-1)/(v·m) of ideal time → β/(1+β) of the step.
-
-    v = 1 gives (p-1)/(m+p-1) (GPipe / 1F1B, Narayanan et al. 2021 §2.2); v > 1 is interleaved 1F1B.
-    """
-    for x in (p, m, v):
-        _check_n(x)
-    overhead = (p - 1) / (v * m)
-    return overhead / (1 + overhead)
 
 
 SEED_ADVICE = ("communication share above 0.5: more than half of each step moves data. The seed's remedies: "

@@ -28,12 +28,17 @@ def split_layers(num_layers: int, num_stages: int) -> list[list[int]]:
     return [list(range(s * per_stage, (s + 1) * per_stage)) for s in range(num_stages)]
 
 
-def bubble_fraction(num_stages: int, num_microbatches: int) -> float:
-    """GPipe's idle share of each stage's time: (p - 1) / (m + p - 1)."""
-    p, m = num_stages, num_microbatches
-    if p < 1 or m < 1:
-        raise ValueError(f"need p >= 1 and m >= 1, got p={p}, m={m}")
-    return (p - 1) / (m + p - 1)
+def bubble_fraction(num_stages: int, num_microbatches: int, chunks: int = 1) -> float:
+    """Idle share of each stage's step: (p - 1) / (m + p - 1) for GPipe and 1F1B.
+
+    With ``chunks`` = v model chunks per stage (interleaved 1F1B, Narayanan et al. 2021 §2.2) the
+    bubble relative to ideal time is β = (p - 1) / (v·m), i.e. a share β / (1 + β) of the step;
+    v = 1 gives the formula above.
+    """
+    p, m, v = num_stages, num_microbatches, chunks
+    if p < 1 or m < 1 or v < 1:
+        raise ValueError(f"need p >= 1, m >= 1 and v >= 1, got p={p}, m={m}, v={v}")
+    return (p - 1) / (v * m + p - 1)  # = β / (1 + β) with β = (p - 1) / (v·m)
 
 
 def gpipe_order(num_microbatches: int) -> list[str]:

@@ -5,7 +5,7 @@ import pytest
 
 from helpers.comm import (COLLECTIVES, NOMINAL_LINKS, SEED_ADVICE, Link, alg_bandwidth, bus_bandwidth, bus_factor,
                           bytes_sent, collective_time, comm_share, fit_link, ops_bytes_sent, ops_time,
-                          pipeline_bubble, tp_layer_ops, ulysses_layer_ops, zero_step_volume)
+                          tp_layer_ops, ulysses_layer_ops, zero_step_volume)
 from helpers.launch import launch
 from helpers.pipeline import bubble_fraction
 
@@ -84,9 +84,9 @@ def test_per_step_volumes():
 
 
 def test_pipeline_bubble():
-    assert pipeline_bubble(4, 8) == pytest.approx(3 / 11) == pytest.approx(bubble_fraction(4, 8))
-    assert pipeline_bubble(4, 8, v=2) == pytest.approx((3 / 16) / (1 + 3 / 16))
-    assert pipeline_bubble(1, 8) == 0.0
+    assert bubble_fraction(4, 8) == pytest.approx(3 / 11)
+    assert bubble_fraction(4, 8, chunks=2) == pytest.approx((3 / 16) / (1 + 3 / 16))
+    assert bubble_fraction(1, 8) == 0.0
 
 
 def test_seed_rule():
@@ -112,7 +112,7 @@ def test_bad_inputs():
     with pytest.raises(ValueError, match="stage"):
         zero_step_volume(1e9, 4)
     with pytest.raises(ValueError):
-        pipeline_bubble(4, 0)
+        bubble_fraction(4, 0)
     with pytest.raises(ValueError, match="positive"):
         comm_share(0, 0)
 
