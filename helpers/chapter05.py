@@ -90,16 +90,11 @@ def losses_from_lines(lines: list[str]) -> dict[int, float]:
     return out
 
 
-def final_state(checkpoint: str | Path) -> dict[str, torch.Tensor]:
-    """The model weights stored in a checkpoint written by :func:`helpers.checkpoint.save` (unsharded)."""
-    return torch.load(Path(checkpoint) / "model.pt", map_location="cpu", weights_only=True)
-
-
 def compare_final_weights(a: str | Path, b: str | Path) -> dict:
     """Two checkpoints' weights: tensors compared, max |difference|, and whether the digests match."""
-    from helpers.checkpoint import max_param_diff, params_digest
+    from helpers.checkpoint import full_weights, max_param_diff, params_digest
 
-    sa, sb = final_state(a), final_state(b)
+    sa, sb = full_weights(a), full_weights(b)
     return {"tensors": len(sa), "parameters": sum(t.numel() for t in sa.values()),
             "max_abs_diff": max_param_diff(sa, sb), "same_digest": params_digest(sa) == params_digest(sb)}
 

@@ -16,8 +16,12 @@ a rank killed mid-save leaves only a ``.tmp-*`` folder, which :func:`latest` ign
 save of that step replaces. With several nodes the checkpoint folder must be on a file system
 that every node sees (NFS, Lustre, ...), as Colossal-AI's sharded checkpoints already require.
 
-Resuming needs the same data-parallel size: each rank's RNG stream and its slice of every global
-batch depend on it. :func:`load` refuses a checkpoint from a different world layout and says why.
+Resuming bit for bit needs the same layout: each rank's RNG stream and its slice of every global
+batch depend on it, so :func:`load` refuses a checkpoint from a different layout and says why.
+``reshard=True`` relaxes that to what still continues the *same* run (global batch and seed):
+Colossal-AI's sharded checkpoints hold full tensors, so another tensor/pipeline/data split loads
+them; the ranks are then re-seeded from ``(seed, step, rank)`` and the run continues, correctly
+but not identically.
 """
 
 from __future__ import annotations
@@ -123,8 +127,8 @@ def write_json_atomic(path: Path, data: dict) -> None:
 def rng_state() -> dict:
     """Every random stream a training step may draw from, on this rank."""
     state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state()  # this rank's own device only
     return state
 
 
@@ -133,7 +137,7 @@ def set_rng_state(state: dict) -> None:
     np.random.set_state(state["numpy"])
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+        torch.cuda.set_rng_state(state["cuda"])
 
 
 @dataclass
@@ -230,34 +234,65 @@ def read_meta(path: str | os.PathLike) -> dict:
     return json.loads(meta.read_text())
 
 
-def check_layout(saved: dict, now: dict, path: Path) -> None:
-    """Refuse to resume when the saved layout differs in a way that changes the run."""
+# What may change when resuming with reshard=True: how the same global batch is split over ranks.
+RESHARDABLE = ("world_size", "data", "tensor", "pipeline", "sequence", "micro_batch")
+
+
+def check_layout(saved: dict, now: dict, path: Path, reshard: bool = False) -> None:
+    """Refuse to resume when the saved layout differs in a way that changes the run.
+
+    With ``reshard`` only the global batch size and the seed must match (see the module notes)."""
     diffs = {k: (saved.get(k), now[k]) for k in now if saved.get(k) != now[k]}
+    if reshard:
+        fixed = {k: v for k, v in diffs.items() if k not in RESHARDABLE}
+        if fixed:
+            listed = ", ".join(f"{k} {a} -> {b}" for k, (a, b) in sorted(fixed.items()))
+            raise IncompatibleCheckpoint(
+                f"cannot reshard {path.name}: {listed}. A resumed run must keep the global batch size "
+                "and the seed, or it is a different run; only the split over ranks may change.")
+        return
     if diffs:
         listed = ", ".join(f"{k} {a} -> {b}" for k, (a, b) in sorted(diffs.items()))
         raise IncompatibleCheckpoint(
             f"cannot resume {path.name}: it was saved with a different layout ({listed}). "
             "Each rank's RNG stream and its slice of every global batch depend on the data-parallel "
             "size, so this run would not continue the saved one. Relaunch with the saved layout "
-            f"({saved.get('world_size')} processes in all); resuming under another layout is not "
-            "supported by this entry point yet."
+            f"({saved.get('world_size')} processes in all), or pass --reshard to continue the same "
+            "run (same global batch and seed) under the new layout, not bit for bit."
         )
 
 
-def load(booster, model, optimizer, scheduler, path: str | os.PathLike, layout: dict) -> Resumed:
-    """Restore a checkpoint written by :func:`save` on every rank; the caller's RNG is replaced."""
+def load(booster, model, optimizer, scheduler, path: str | os.PathLike, layout: dict,
+         reshard: bool = False) -> Resumed:
+    """Restore a checkpoint written by :func:`save` on every rank; the caller's RNG is replaced.
+
+    Under another layout (``reshard``) the saved per-rank RNG states belong to other ranks: each
+    rank is re-seeded from ``(seed, step, rank)`` instead and the data position is the saved one."""
     path = Path(path)
     _barrier()  # a checkpoint saved earlier in this run is only complete once every rank has written
     meta = read_meta(path)
-    check_layout(meta["layout"], layout, path)
+    check_layout(meta["layout"], layout, path, reshard)
     shard = meta.get("shard", False)
     booster.load_model(model, str(path / ("model" if shard else "model.pt")))
     booster.load_optimizer(optimizer, str(path / ("optimizer" if shard else "optimizer.pt")))
     if scheduler is not None:
         booster.load_lr_scheduler(scheduler, str(path / "lr_scheduler.pt"))
-    own = torch.load(_rank_file(path, _rank()), weights_only=False)  # our own file: RNG tuples, not only tensors
-    set_rng_state(own["rng"])
-    return Resumed(path, meta["step"], DataPosition(**own["data"]), meta.get("losses", []), meta)
+    if meta["layout"] == layout:
+        own = torch.load(_rank_file(path, _rank()), weights_only=False)  # our own file: RNG tuples, not only tensors
+        set_rng_state(own["rng"])
+        data = DataPosition(**own["data"])
+    else:  # resharded: the saved streams were other ranks'; start new ones, deterministically
+        reseed(layout["seed"], meta["step"], _rank())
+        data = DataPosition(**meta["data"])
+    return Resumed(path, meta["step"], data, meta.get("losses", []), meta)
+
+
+def reseed(seed: int, step: int, rank: int) -> None:
+    """Seed every stream of this rank from (seed, step, rank): a fresh, reproducible start."""
+    value = (seed * 1_000_003 + step) * 1_009 + rank
+    random.seed(value)
+    np.random.seed(value % 2**32)
+    torch.manual_seed(value)  # also seeds every CUDA device
 
 
 def params_digest(state_dict: dict[str, torch.Tensor]) -> str:
@@ -270,6 +305,29 @@ def params_digest(state_dict: dict[str, torch.Tensor]) -> str:
         h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
         h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
     return h.hexdigest()
+
+
+def full_weights(path: str | os.PathLike) -> dict[str, torch.Tensor]:
+    """The model weights of a checkpoint from :func:`save`, whole tensors on the CPU.
+
+    Unsharded: ``model.pt``. Sharded (Colossal-AI's index + shard files, one set per pipeline
+    stage): every file the index's ``weight_map`` names; the hybrid plugin gathers tensor-parallel
+    pieces before writing, so the tensors are whole either way."""
+    path = Path(path)
+    if (path / "model.pt").is_file():
+        return torch.load(path / "model.pt", map_location="cpu", weights_only=True)
+    index = next((path / "model").glob("*.index.json"), None)
+    if index is None:
+        raise FileNotFoundError(f"{path} holds neither model.pt nor a sharded model/ folder with an index")
+    state: dict[str, torch.Tensor] = {}
+    for name in sorted(set(json.loads(index.read_text())["weight_map"].values())):
+        if name.endswith(".safetensors"):
+            from safetensors.torch import load_file
+
+            state.update(load_file(path / "model" / name))
+        else:
+            state.update(torch.load(path / "model" / name, map_location="cpu", weights_only=True))
+    return state
 
 
 def max_param_diff(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:

@@ -20,8 +20,10 @@ Limits: only communication the hook or :meth:`CommTimer.blocking` sees is counte
 by a slow partner (a straggler) counts as communication although it is really the partner's
 compute; on two shared CPU cores gloo's threads compete with compute, so "busy" also absorbs CPU
 contention. On GPUs, NCCL completes a future when the collective is queued on its stream, not when
-it has finished, so host clocks in the hook measure nothing useful there: use CUDA events or
-``torch.profiler``. So the share is reported only for DDP on gloo; elsewhere the line says "n/a".
+it has finished, so host clocks in the hook measure nothing useful there. On a GPU the meter reads
+the GPU's own clock instead (:class:`KernelTimer`, ``torch.profiler`` through CUPTI): "busy" is the
+time an NCCL kernel runs, "wait" the part of it during which no other kernel runs (communication
+nothing hides). On the CPU without a DDP module to hook (e.g. no data parallelism) the line says "n/a".
 """
 
 from __future__ import annotations
@@ -116,14 +118,84 @@ class CommTimer:
         return busy, wait
 
 
+def _merged(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The union of (start, end) intervals as sorted, disjoint intervals."""
+    out: list[list[float]] = []
+    for start, end in sorted(intervals):
+        if out and start <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], end)
+        else:
+            out.append([start, end])
+    return [(a, b) for a, b in out]
+
+
 def _union_length(intervals: list[tuple[float, float]]) -> float:
     """Total time covered by at least one (start, end) interval."""
-    total, reach = 0.0, float("-inf")
-    for start, end in sorted(intervals):
-        if end > reach:
-            total += end - max(start, reach)
-            reach = end
+    return sum(end - start for start, end in _merged(intervals))
+
+
+def _overlap_length(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> float:
+    """Time covered by both unions."""
+    total, ma, mb = 0.0, _merged(a), _merged(b)
+    i = j = 0
+    while i < len(ma) and j < len(mb):
+        total += max(0.0, min(ma[i][1], mb[j][1]) - max(ma[i][0], mb[j][0]))
+        if ma[i][1] < mb[j][1]:
+            i += 1
+        else:
+            j += 1
     return total
+
+
+def kernel_comm_times(kernels: list[tuple[float, float, str]]) -> tuple[float, float]:
+    """(busy, exposed) from GPU kernels (start, end, name): busy = time any NCCL kernel runs,
+    exposed = the part of it during which no other kernel runs."""
+    comm = [(a, b) for a, b, name in kernels if "nccl" in name.lower()]
+    other = [(a, b) for a, b, name in kernels if "nccl" not in name.lower()]
+    busy = _union_length(comm)
+    return busy, busy - _overlap_length(comm, other)
+
+
+class KernelTimer:
+    """Communication time on the GPU's clock: ``torch.profiler`` (CUPTI) records every kernel.
+
+    Recording runs in segments (:meth:`start`/:meth:`stop`) so that a paused stretch (saving a
+    checkpoint) stays out; each stop adds the segment's busy and exposed NCCL time.
+    """
+
+    enabled = True
+
+    def __init__(self) -> None:
+        self._prof = None
+        self.busy_s = self.wait_s = 0.0
+
+    def start(self) -> None:
+        from torch.profiler import ProfilerActivity, profile
+
+        self._prof = profile(activities=[ProfilerActivity.CUDA])
+        self._prof.__enter__()
+
+    def stop(self) -> None:
+        if self._prof is None:
+            return
+        from torch.autograd import DeviceType
+
+        self._prof.__exit__(None, None, None)
+        events = self._prof.profiler.kineto_results.events()
+        self._prof = None
+        kernels = [(e.start_ns() * 1e-9, (e.start_ns() + e.duration_ns()) * 1e-9, e.name())
+                   for e in events if e.device_type() == DeviceType.CUDA]
+        busy, exposed = kernel_comm_times(kernels)
+        self.busy_s += busy
+        self.wait_s += exposed
+
+    def end_step(self) -> None:
+        pass
+
+    def take(self) -> tuple[float, float]:
+        busy, wait = self.busy_s, self.wait_s
+        self.busy_s = self.wait_s = 0.0
+        return busy, wait
 
 
 @dataclass
@@ -141,8 +213,8 @@ class Signals:
     def line(self) -> str:
         mem = (f"GPU peak {self.memory['gpu_peak_mib']:.0f} MiB" if "gpu_peak_mib" in self.memory
                else f"RSS {self.memory['rss_mib']:.0f} MiB (peak {self.memory['rss_peak_mib']:.0f} MiB)")
-        comm = ("comm wait n/a (measured for DDP on gloo only)" if self.comm_wait_share is None else
-                f"comm wait {100 * self.comm_wait_share:.1f}% (all-reduce busy {100 * self.comm_busy_share:.1f}%)")
+        comm = ("comm wait n/a (no DDP hook on the CPU)" if self.comm_wait_share is None else
+                f"comm wait {100 * self.comm_wait_share:.1f}% (comm busy {100 * self.comm_busy_share:.1f}%)")
         return f"{self.samples_per_s:.1f} samples/s, {self.tokens_per_s:.1f} tokens/s | {mem} | {comm}"
 
 
@@ -150,7 +222,10 @@ class Meter:
     """Accumulates steps between reports; ``report()`` returns :class:`Signals` and starts over."""
 
     def __init__(self, device: torch.device, comm: CommTimer | None = None) -> None:
-        self.device, self.comm = device, comm
+        """``comm``: the DDP hook timer (gloo); on a GPU a :class:`KernelTimer` is used instead."""
+        self.device = device
+        self.kernels = KernelTimer() if device.type == "cuda" else None
+        self.comm = self.kernels or comm
         self._reset()
 
     def _reset(self) -> None:
@@ -160,6 +235,8 @@ class Meter:
         self.steps = self.samples = self.tokens = 0
         if self.comm:
             self.comm.take()
+        if self.kernels:
+            self.kernels.start()
 
     def step(self, samples: int, tokens: int) -> None:
         self.steps += 1
@@ -172,13 +249,19 @@ class Meter:
     def paused(self):
         """Leave the block's wall time out of the interval (e.g. saving a checkpoint)."""
         sync(self.device)
+        if self.kernels:
+            self.kernels.stop()
         start = time.perf_counter()
         yield
         sync(self.device)
         self.excluded += time.perf_counter() - start
+        if self.kernels:
+            self.kernels.start()
 
     def report(self) -> Signals:
         sync(self.device)
+        if self.kernels:
+            self.kernels.stop()
         seconds = max(time.perf_counter() - self.start - self.excluded, 1e-9)
         busy, wait = self.comm.take() if self.comm else (0.0, 0.0)
         measured = bool(self.comm and self.comm.enabled)

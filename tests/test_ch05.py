@@ -166,3 +166,36 @@ def test_a_signalled_rank_wins_over_torchruns_same_second_tie_break():
     sigterm = ["Root Cause (first observed failure):", "[0]:", "  rank      : 0 (local_rank: 0)",
                "  exitcode  : -15 (pid: 11)  (SIGTERM)"]
     assert _failing_rank({0: [], LAUNCHER: sigterm}) == 0  # torchrun's own SIGTERM is not a cause
+
+
+def test_reshard_accepts_another_split_but_not_another_run(tmp_path):
+    saved = {"world_size": 2, "data": 2, "tensor": 1, "pipeline": 1, "sequence": 1, "batch_size": 8,
+             "micro_batch": 2, "seed": 0}
+    ckpt.check_layout(saved, {**saved, "world_size": 1, "data": 1, "tensor": 2, "micro_batch": 8}, tmp_path, reshard=True)
+    with pytest.raises(ckpt.IncompatibleCheckpoint, match=r"cannot reshard .*batch_size 8 -> 16.*global batch"):
+        ckpt.check_layout(saved, {**saved, "batch_size": 16}, tmp_path / "step_00000003", reshard=True)
+
+
+def test_resume_under_another_layout_continues_the_run(tmp_path):
+    """The GPU recorder's tp=2 -> dp=2 experiment, on the CPU as dp=2 -> dp=1 (fp32, dropout off):
+    the resumed run continues the saved one up to float rounding, though not bit for bit."""
+    from helpers.chapter05_gpu import reshard
+
+    out = reshard(tmp_path, "none", ("dp2", CONFIG, 2), ("dp1", CONFIG, 1))
+    source, scratch, resumed = out["runs"]
+    assert all(r["ok"] for r in out["runs"])
+    assert any("under a new layout" in line and "re-seeded" in line for line in resumed["notes"])
+    assert resumed["losses"][:3] == source["losses"][:3]  # carried over from the checkpoint's meta.json
+    assert out["max_loss_diff_vs_source"] < 1e-5 and out["weights_vs_source"]["max_abs_diff"] < 1e-5
+    assert out["max_loss_diff_from_scratch"] < 1e-5
+
+
+def test_gpu_comm_share_counts_only_nccl_time_no_other_kernel_hides():
+    from helpers.signals import kernel_comm_times
+
+    kernels = [(0, 10, "ampere_bf16_gemm"), (5, 20, "ncclDevKernel_AllReduce_Sum_bf16_RING_LL"),
+               (18, 30, "elementwise_kernel"), (25, 40, "ncclDevKernel_AllGather_RING_LL")]
+    busy, exposed = kernel_comm_times(kernels)
+    assert busy == 30  # 5..20 and 25..40
+    assert exposed == 30 - (5 + 2 + 5)  # minus 5..10, 18..20 and 25..30, where compute ran too
+    assert kernel_comm_times([(0, 1, "gemm")]) == (0, 0)

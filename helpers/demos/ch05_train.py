@@ -47,6 +47,9 @@ def parse_args(argv=None):
     p.add_argument("--checkpoint_dir", help="override train.checkpoint_dir")
     p.add_argument("--resume", nargs="?", const="latest", help="'latest' (the default when given "
                    "without a value) or a checkpoint folder step_XXXXXXXX")
+    p.add_argument("--reshard", action="store_true", help="resume a checkpoint saved under another layout "
+                   "(same global batch and seed): continues the run, not bit for bit")
+    p.add_argument("--dropout", type=float, default=DROPOUT, help="attention dropout (0 for cross-layout comparisons)")
     p.add_argument("--bucket_cap_mb", type=float, help="DDP gradient bucket size (default: torch's 25 MB)")
     p.add_argument("--log_interval", type=int, default=2, help="steps between signal lines")
     p.add_argument("--progress", choices=("auto", "on", "off"), default="auto", help="tqdm bar on rank 0 "
@@ -100,12 +103,12 @@ def train(args, env):
     layout, root = layout_of(cfg, env.world_size), Path(t.checkpoint_dir)
     path = (ckpt.latest(root) if args.resume == "latest" else Path(args.resume)) if args.resume else None
     if path is not None:  # refuse a checkpoint of another layout before building anything
-        ckpt.check_layout(ckpt.read_meta(path)["layout"], layout, path)
+        ckpt.check_layout(ckpt.read_meta(path)["layout"], layout, path, args.reshard)
     plugin, booster_kwargs, spec = build_plugin(cfg, env.device, args.bucket_cap_mb)
     booster, sharded = Booster(plugin=plugin, **booster_kwargs), spec.plugin != "TorchDDPPlugin"
     config = llama_config(layers=m.layers, hidden=m.hidden, heads=m.heads, kv_heads=m.kv_heads,
                           vocab=m.vocab, max_seq=m.seq_len)
-    config.attention_dropout = DROPOUT
+    config.attention_dropout = args.dropout
     model = build_llama(config, seed=t.seed)  # identical initial weights on every rank
     seed_everything(t.seed + 1000 * env.rank)  # each rank its own dropout stream
     optimizer = torch.optim.AdamW(model.parameters(), lr=t.learning_rate)
@@ -120,10 +123,13 @@ def train(args, env):
     timed = comm.attach(model)  # DDP on gloo only: NCCL completes futures before the GPU is done
     step, losses, pos = 0, [], ckpt.DataPosition()
     if path is not None:
-        r = ckpt.load(booster, model, optimizer, scheduler, path, layout)
+        r = ckpt.load(booster, model, optimizer, scheduler, path, layout, args.reshard)
         step, losses, pos = r.step, r.losses, r.data
         if env.rank == 0:
-            say(f"resumed from {path.name}: step {step}, epoch {pos.epoch}, batch {pos.batch_in_epoch} of it, "
+            saved = r.meta["layout"]
+            how = "" if saved == layout else (f" under a new layout (saved as data {saved['data']} x tensor "
+                                              f"{saved['tensor']} x pipeline {saved['pipeline']}; ranks re-seeded)")
+            say(f"resumed from {path.name}{how}: step {step}, epoch {pos.epoch}, batch {pos.batch_in_epoch} of it, "
                 f"{pos.samples_seen} samples seen")
     elif args.resume and env.rank == 0:
         say(f"--resume: no complete checkpoint under {root} yet, starting at step 0")
