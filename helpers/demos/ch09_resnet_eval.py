@@ -1,0 +1,46 @@
+"""Chapter 9: the ResNet demo's evaluation script (examples/images/resnet/eval.py), same options.
+
+    python -m helpers.demos.ch09_resnet_eval -c ./ckpt-single -e 80 [--data digits]
+
+One process, no Booster: ``model_E.pth`` as ``booster.save_model`` writes it (unsharded) is a
+plain state dict of the unwrapped model, so the model the training script built loads it
+directly. Loading copies into fp32 parameters, so a checkpoint of an fp16 plugin loads too.
+"""
+
+import argparse
+
+import torch
+from torch.utils.data import DataLoader
+
+from helpers.env import emit, say
+from helpers.imagedata import datasets
+from helpers.resnet import model_for
+
+
+@torch.no_grad()
+def accuracy(model, test_set, device, batch_size: int = 100) -> float:
+    model.eval()
+    correct = 0
+    for images, labels in DataLoader(test_set, batch_size=batch_size, shuffle=False):
+        correct += (model(images.to(device)).argmax(dim=1).cpu() == labels).sum().item()
+    return correct / len(test_set)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("-c", "--checkpoint", required=True, help="the training run's checkpoint folder")
+    p.add_argument("-e", "--epoch", type=int, required=True, help="evaluate model_EPOCH.pth")
+    p.add_argument("--data", choices=("digits", "cifar10"), default="cifar10")
+    args = p.parse_args()
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    model = model_for(args.data).to(device)
+    state = torch.load(f"{args.checkpoint}/model_{args.epoch}.pth", map_location=device)
+    model.load_state_dict(state)
+    _, test_set = datasets(args.data)
+    acc = accuracy(model, test_set, device)
+    say(f"Accuracy of the model on the {len(test_set)} test images after epoch {args.epoch}: {acc * 100:.2f} %")
+    emit(epoch=args.epoch, accuracy=round(acc, 4), data=args.data, test_images=len(test_set))
+
+
+if __name__ == "__main__":
+    main()
