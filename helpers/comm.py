@@ -119,11 +119,13 @@ def collective_time(collective: str, size_bytes: float, n: int, link: Link) -> f
 
 
 def fit_link(samples: Iterable[tuple[float, float]], name: str = "fitted",
-             collective: str | None = None, n: int | None = None) -> Link:
+             collective: str | None = None, n: int | None = None, relative: bool = False) -> Link:
     """Least-squares fit of t = α + x/β to measured (size_bytes, seconds) points.
 
     x is the size itself, or, with ``collective`` and ``n``, the bytes sent per rank, so the fitted β is
     a bus bandwidth and ``collective_time(collective, S, n, link)`` reproduces the points.
+    ``relative=True`` minimises the relative errors Σ((α + x/β - t)/t)² (weights 1/t²) instead of the
+    absolute ones, so that over sizes spanning 1 MB..1 GB the largest message does not decide α alone.
     """
     points = [(float(s), float(t)) for s, t in samples]
     if collective is not None:
@@ -132,9 +134,12 @@ def fit_link(samples: Iterable[tuple[float, float]], name: str = "fitted",
         points = [(bytes_sent(collective, s, n), t) for s, t in points]
     if len({x for x, _ in points}) < 2:
         raise ValueError(f"fit_link needs at least two distinct sizes, got {len(points)} point(s)")
-    k = len(points)
-    mx, mt = sum(x for x, _ in points) / k, sum(t for _, t in points) / k
-    slope = sum((x - mx) * (t - mt) for x, t in points) / sum((x - mx) ** 2 for x, _ in points)
+    w = [1.0 / t**2 if relative and t > 0 else 1.0 for _, t in points]
+    k = sum(w)
+    mx = sum(wi * x for wi, (x, _) in zip(w, points)) / k
+    mt = sum(wi * t for wi, (_, t) in zip(w, points)) / k
+    slope = (sum(wi * (x - mx) * (t - mt) for wi, (x, t) in zip(w, points))
+             / sum(wi * (x - mx) ** 2 for wi, (x, _) in zip(w, points)))
     if slope <= 0:
         raise ValueError(f"time does not grow with size (slope {slope:.3g} s/B): measure larger messages")
     return Link(name, 1.0 / slope, max(0.0, mt - slope * mx))

@@ -4,7 +4,10 @@ Chapter 3. For each of all_reduce, all_gather_into_tensor, reduce_scatter_tensor
 and each size S (bytes, float32; S is the all-gather output, the reduce-scatter input, the buffer
 otherwise, as in nccl-tests), every rank runs ``--warmup`` untimed calls, then ``--iters`` timed
 calls, each between a barrier and ``sync(device)``. A call's time is the slowest rank's (all-reduce
-MAX), and the median over calls is reported with algbw = S/t and busbw = algbw × the factor of
+MAX), and the median over calls is reported. ``--timing loop`` times as nccl-tests does instead:
+``--iters`` calls back to back between two syncs, divided by ``--iters``, repeated ``--rounds`` times
+(the median round is reported); it removes the per-call barrier and host round trip that dominate
+small messages on a GPU with algbw = S/t and busbw = algbw × the factor of
 :func:`helpers.comm.bus_factor`. Rank 0 prints a table, a latency/bandwidth fit per collective
 (:func:`helpers.comm.fit_link`) and emits one RESULT per collective and size. Timings vary from
 run to run: this is a benchmark, not a test.
@@ -60,11 +63,29 @@ warnings.filterwarnings("ignore", message=r".*is deprecated. Please use `torch.d
 COLLECTIVES = ("all_reduce", "all_gather_into_tensor", "reduce_scatter_tensor", "all_to_all_single")
 
 
+def time_calls(op, device: torch.device, iters: int, rounds: int | None) -> list[float]:
+    """Seconds per call: ``iters`` single calls between barrier and sync (rounds=None), or ``rounds``
+    loops of ``iters`` back-to-back calls, each loop's time divided by ``iters`` (nccl-tests' way)."""
+    times = []
+    for _ in range(iters if rounds is None else rounds):
+        dist.barrier()
+        sync(device)
+        t0 = time.perf_counter()
+        for _ in range(1 if rounds is None else iters):
+            op()
+        sync(device)
+        times.append((time.perf_counter() - t0) / (1 if rounds is None else iters))
+    return times
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default=None, help=f"comma-separated bytes (default CPU {CPU_SIZES}, GPU {GPU_SIZES})")
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--iters", type=int, default=10)
+    parser.add_argument("--timing", choices=["call", "loop"], default="call",
+                        help="call: each call between barrier and sync; loop: --iters calls back to back (nccl-tests)")
+    parser.add_argument("--rounds", type=int, default=5, help="loop timing: repeats of the --iters loop")
     args = parser.parse_args()
 
     with distributed() as env:
@@ -80,28 +101,23 @@ def main() -> None:
                 for _ in range(args.warmup):
                     op()
                 sync(env.device)
-                times = []
-                for _ in range(args.iters):
-                    dist.barrier()
-                    sync(env.device)
-                    t0 = time.perf_counter()
-                    op()
-                    sync(env.device)
-                    times.append(time.perf_counter() - t0)
+                times = time_calls(op, env.device, args.iters, args.rounds if args.timing == "loop" else None)
                 slowest = torch.tensor(times, dtype=torch.float64, device=env.device)
                 dist.all_reduce(slowest, op=dist.ReduceOp.MAX)  # a collective ends when its last rank does
                 t = statistics.median(slowest.tolist())
-                rows.append((name, size, t, alg_bandwidth(size, t), bus_bandwidth(name, size, n, t)))
+                rows.append((name, size, t, alg_bandwidth(size, t), bus_bandwidth(name, size, n, t), min(slowest.tolist())))
 
         if env.rank == 0:
-            say(f"collectives on {n} ranks ({env.backend}, {env.device.type}), median of {args.iters} after {args.warmup} warm-up")
+            how = (f"median of {args.rounds} loops of {args.iters} back-to-back calls" if args.timing == "loop"
+                   else f"median of {args.iters} calls")
+            say(f"collectives on {n} ranks ({env.backend}, {env.device.type}), {how} after {args.warmup} warm-up")
             say(f"{'collective':<24}{'size':>10}{'time us':>12}{'algbw GB/s':>12}{'busbw GB/s':>12}")
-            for name, size, t, alg, bus in rows:
+            for name, size, t, alg, bus, fastest in rows:
                 say(f"{name:<24}{size:>10}{t * 1e6:>12.1f}{alg / 1e9:>12.3f}{bus / 1e9:>12.3f}")
-                emit(collective=name, size_bytes=size, n=n, seconds=t, algbw=alg, busbw=bus,
-                     factor=bus_factor(name, n), backend=env.backend)
+                emit(collective=name, size_bytes=size, n=n, seconds=t, seconds_min=fastest, algbw=alg, busbw=bus,
+                     factor=bus_factor(name, n), backend=env.backend, timing=args.timing)
             for name in COLLECTIVES:
-                pts = [(size, t) for c, size, t, _, _ in rows if c == name]
+                pts = [(size, t) for c, size, t, *_ in rows if c == name]
                 try:
                     link = fit_link(pts, name, collective=name, n=n)
                     say(f"fit {name:<24} latency {link.latency_s * 1e6:8.1f} us  busbw {link.bandwidth_bytes_per_s / 1e9:8.3f} GB/s")

@@ -1,0 +1,199 @@
+"""Chapter 3's GPU measurements: collectives vs the α-β model, the communication share, planner layouts.
+
+Record on a box with two GPUs (results/<hardware>/ch03_collectives.json, ch03_share.json,
+ch03_layouts.json):
+
+    python -m helpers.chapter03 --record            # ~5 minutes
+    python -m helpers.chapter03 --record --quick    # ~1-2 minutes, the same code paths
+
+Each run is its own torchrun with a timeout; a failing run is recorded with its error text and the
+recording goes on. Without GPUs the same code runs on 2 gloo ranks with CPU-sized inputs.
+
+The calibration is done once and then checked on what it did not see: :func:`calibrate` fits α and
+β (:func:`helpers.comm.fit_link`, relative errors) to the all-reduce times at every other size from
+1 MB up; every other (collective, size) is *predicted* by :func:`helpers.comm.collective_time` with
+that one link, the bytes each collective sends per rank (ring volumes) and nothing else.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import subprocess
+import time
+
+from helpers.comm import Link, collective_time, fit_link
+from helpers.env import gpu_count
+from helpers.launch import launch, torchrun_command
+from helpers.results import format_table, save
+
+NPROC = 2
+MB = 2**20
+SIZES = {"gpu": "4K,16K,64K,256K,1M,4M,16M,64M,256M,1G", "gpu_quick": "64K,1M,16M,256M",
+         "cpu": "4K,64K,1M,4M", "cpu_quick": "4K,64K,1M"}
+SHARE_CASES = {"gpu": "tp:2,dp:2,dp:8,ddp:8,tp:8,tp:32,dp:32,ddp:32", "gpu_quick": "tp:2,dp:2,dp:8,ddp:8",
+               "cpu": "tp:2,dp:2,dp:8,ddp:8", "cpu_quick": "tp:2,dp:2"}
+PLAN_LAYOUTS = {  # name -> ch03_layouts flags; a 0.54 B Llama (8 layers, h 2048), global batch 16 × 1024
+    "dp=2": [],
+    "dp=2 ZeRO-2": ["--zero", "2"],
+    "tp=2": ["--tp", "2"],
+    "tp=2 + split_gather SP": ["--tp", "2", "--sp_mode", "split_gather"],
+    "pp=2, m=4": ["--pp", "2", "--microbatches", "4"],
+    "pp=2, m=8": ["--pp", "2", "--microbatches", "8"],
+    "sp=2 all_to_all": ["--sp", "2", "--sp_mode", "all_to_all"],
+    "dp=2 + recompute": ["--recompute"],
+}
+QUICK_LAYOUTS = ("dp=2", "tp=2")
+CPU_LAYOUTS = ("dp=2",)
+CANONICAL = {"all_gather_into_tensor": "all_gather", "reduce_scatter_tensor": "reduce_scatter",
+             "all_to_all_single": "all_to_all"}
+
+
+def _mode(quick: bool) -> str:
+    return ("gpu" if gpu_count() >= NPROC else "cpu") + ("_quick" if quick else "")
+
+
+def _run(demo: str, args: list[str], timeout_s: float, label: str) -> dict:
+    """Launch one run; on failure return {'error': ...} instead of raising."""
+    command = shlex.join(torchrun_command(demo, NPROC, args))
+    t0 = time.monotonic()
+    print(f"[ch03] {label}: starting (timeout {timeout_s:.0f} s)", flush=True)
+    try:
+        result = launch(demo, NPROC, args, timeout_s=timeout_s, show="rank0")
+    except Exception as err:  # a failed run is recorded, not fatal
+        print(f"[ch03] {label}: FAILED after {time.monotonic() - t0:.0f} s: {str(err)[:2000]}", flush=True)
+        return {"name": label, "command": command, "error": str(err)[-4000:]}
+    print(f"[ch03] {label}: done in {result.seconds:.0f} s", flush=True)
+    return {"name": label, "command": command, "seconds": round(result.seconds, 1), "results": result.rank(0)}
+
+
+def _topology() -> str:
+    try:
+        return subprocess.run(["nvidia-smi", "topo", "-m"], capture_output=True, text=True, timeout=20).stdout
+    except Exception as err:  # no nvidia-smi on a CPU box
+        return f"n/a ({err.__class__.__name__})"
+
+
+def record_collectives(quick: bool) -> list[dict]:
+    mode = _mode(quick)
+    args = ["--sizes", SIZES[mode], "--timing", "loop", "--warmup", "5",
+            "--iters", "20" if mode.startswith("gpu") else "3", "--rounds", "5" if mode.startswith("gpu") else "2"]
+    run = _run("ch03_collectives", args, 300, "collectives")
+    try:
+        import torch
+        nccl = ".".join(map(str, torch.cuda.nccl.version())) if torch.cuda.is_available() else "n/a"
+    except Exception:
+        nccl = "n/a"
+    run.update(topology=_topology(), nccl_version=nccl)
+    return [run]
+
+
+def record_share(quick: bool) -> list[dict]:
+    mode = _mode(quick)
+    return [_run("ch03_share", ["--cases", SHARE_CASES[mode]], 300, "communication share")]
+
+
+def record_layouts(quick: bool) -> list[dict]:
+    mode = _mode(quick)
+    names = CPU_LAYOUTS if mode.startswith("cpu") else QUICK_LAYOUTS if quick else tuple(PLAN_LAYOUTS)
+    runs = []
+    for name in names:
+        extra = ["--steps", "3", "--warmup", "1"] if quick else []
+        run = _run("ch03_layouts", PLAN_LAYOUTS[name] + extra, 180, f"layout {name}")
+        runs.append({"layout": name, "flags": PLAN_LAYOUTS[name], **run})
+    return runs
+
+
+# --- turning measurements into the chapter's table -------------------------------------------------
+
+def measured_collectives(record_runs: list[dict]) -> list[dict]:
+    """The benchmark rows (collective, size_bytes, seconds, busbw) of a ch03_collectives record."""
+    rows = []
+    for run in record_runs:
+        for r in run.get("results", []):
+            rows.append({**r, "collective": CANONICAL.get(r["collective"], r["collective"])})
+    return rows
+
+
+def calibrate(rows: list[dict], min_bytes: int = MB) -> tuple[Link, list[int]]:
+    """Fit one link to all-reduce at every other size >= ``min_bytes``; return it and the sizes used."""
+    sizes = sorted(r["size_bytes"] for r in rows if r["collective"] == "all_reduce" and r["size_bytes"] >= min_bytes)
+    used = sizes[::2] if len(sizes) >= 4 else sizes
+    n = rows[0]["n"]
+    points = [(r["size_bytes"], r["seconds"]) for r in rows
+              if r["collective"] == "all_reduce" and r["size_bytes"] in used]
+    link = fit_link(points, "fitted to all-reduce", collective="all_reduce", n=n, relative=True)
+    return link, used
+
+
+def collective_table(rows: list[dict], min_bytes: int = MB) -> tuple[list[dict], Link]:
+    """Predicted vs measured time for every (collective, size) with its error; which rows were fitted."""
+    link, used = calibrate(rows, min_bytes)
+    table = []
+    for r in sorted(rows, key=lambda r: (r["collective"], r["size_bytes"])):
+        predicted = collective_time(r["collective"], r["size_bytes"], r["n"], link)
+        table.append({
+            "collective": r["collective"], "size": _size(r["size_bytes"]), "size_bytes": r["size_bytes"],
+            "measured us": round(r["seconds"] * 1e6, 1), "predicted us": round(predicted * 1e6, 1),
+            "error %": round(100 * (predicted - r["seconds"]) / r["seconds"], 1),
+            "busbw GB/s": round(r["busbw"] / 1e9, 1),
+            "role": "fit" if r["collective"] == "all_reduce" and r["size_bytes"] in used else "held out",
+        })
+    return table, link
+
+
+def _size(b: int) -> str:
+    for unit, div in (("G", 2**30), ("M", 2**20), ("K", 2**10)):
+        if b >= div and b % div == 0:
+            return f"{b // div}{unit}"
+    return str(b)
+
+
+def worst_error(table: list[dict], min_bytes: int = MB) -> dict:
+    """The row with the largest |error| among messages of at least ``min_bytes``."""
+    return max((r for r in table if r["size_bytes"] >= min_bytes), key=lambda r: abs(r["error %"]))
+
+
+def share_rows(results: list[dict]) -> list[dict]:
+    """One row per measured case of ch03_share."""
+    return [{"layout": r["layout"], "global batch": r["global_batch"], "step ms": round(r["t_step"] * 1e3, 2),
+             "compute ms": round(r["t_compute"] * 1e3, 2), "comm ms": round(r["t_comm"] * 1e3, 2),
+             "share": round(r["share"], 2), "tokens/s": round(r["tokens_per_s"]),
+             "> 0.5": "yes" if r["above_half"] else "no"} for r in results]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--record", action="store_true", help="save results/<hardware>/ch03_*.json")
+    parser.add_argument("--quick", action="store_true", help="a 1-2 minute version of the same code paths")
+    parser.add_argument("--only", choices=["collectives", "share", "layouts"], default=None)
+    args = parser.parse_args()
+    command = "python -m helpers.chapter03 --record" + (" --quick" if args.quick else "")
+    t0 = time.monotonic()
+    parts = {"collectives": record_collectives, "share": record_share, "layouts": record_layouts}
+    for key, record in parts.items():
+        if args.only and key != args.only:
+            continue
+        runs = record(args.quick)
+        if key == "collectives" and "results" in runs[0]:
+            try:
+                min_bytes = MB if _mode(args.quick).startswith("gpu") else 1  # CPU: exercise the path
+                table, link = collective_table(measured_collectives(runs), min_bytes)
+                cols = ["collective", "size", "measured us", "predicted us", "error %", "busbw GB/s", "role"]
+                print(format_table(table, cols))
+                print(f"link: latency {link.latency_s * 1e6:.1f} us, bandwidth {link.bandwidth_bytes_per_s / 1e9:.1f} GB/s;"
+                      f" worst: {worst_error(table, min_bytes)}")
+                runs[0]["table"], runs[0]["link"] = table, {"latency_s": link.latency_s,
+                                                            "bandwidth_bytes_per_s": link.bandwidth_bytes_per_s}
+            except Exception as err:  # never lose the measurements over the analysis
+                print(f"[ch03] calibration failed: {err}")
+        if key == "share" and "results" in runs[0]:
+            rows = share_rows(runs[0]["results"])
+            print(format_table(rows, list(rows[0])))
+        if args.record:
+            print("[ch03] wrote", save(f"ch03_{key}", runs, command), flush=True)
+    print(f"[ch03] recording finished in {time.monotonic() - t0:.0f} s", flush=True)
+
+
+if __name__ == "__main__":
+    main()
