@@ -1,0 +1,125 @@
+"""Chapter 7's GPU measurements: every layout of the memory table, run, recorded and compared.
+
+Record on a box with two GPUs (results/<hardware>/ch07_memory.json), about 6 minutes:
+
+    python -m helpers.chapter07 --record          # all layouts
+    python -m helpers.chapter07 --record --quick  # three layouts, a smoke test
+
+Each layout is one torchrun of ``helpers.demos.ch07_memory`` with its own timeout; a failing
+layout is recorded with its error and the recording goes on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import time
+
+from helpers.launch import LaunchError, launch, torchrun_command
+from helpers.memory_layouts import TrainLayout
+from helpers.results import format_table, load, save
+
+NPROC = 2
+MIB = 2**20
+T = TrainLayout
+LAYOUTS = [
+    T("DDP fp32", "ddp", "fp32"),
+    T("DDP fp32 + recompute", "ddp", "fp32", recompute=True),
+    T("DDP bf16 (Hybrid tp=1)", "hybrid", "bf16"),
+    T("ZeRO-1 fp32", "zero", "fp32", zero_stage=1),
+    T("ZeRO-1 bf16", "zero", "bf16", zero_stage=1),
+    T("ZeRO-1 bf16 + recompute", "zero", "bf16", zero_stage=1, recompute=True),
+    T("ZeRO-2 bf16", "zero", "bf16", zero_stage=2),
+    T("ZeRO-2 bf16, micro-batch 8", "zero", "bf16", zero_stage=2, micro_batch=8),
+    T("ZeRO-2 bf16, eager attention", "zero", "bf16", zero_stage=2, attn="eager"),
+    T("ZeRO-2 bf16 + CPU offload", "zero", "bf16", zero_stage=2, offload=True),
+    T("Gemini bf16 (static)", "gemini", "bf16"),
+    T("Gemini bf16 + offload", "gemini", "bf16", offload=True),
+    T("Gemini bf16 (auto)", "gemini", "bf16", placement="auto"),
+    T("TP=2 bf16", "hybrid", "bf16", tp=2),
+    T("TP=2 bf16 + recompute", "hybrid", "bf16", tp=2, recompute=True),
+    T("PP=2 bf16 (1F1B, 4 micro-batches)", "hybrid", "bf16", pp=2, microbatches=4),
+]
+QUICK = ["DDP fp32", "ZeRO-2 bf16", "PP=2 bf16 (1F1B, 4 micro-batches)"]
+
+
+def layout_named(name: str) -> TrainLayout:
+    return next(x for x in LAYOUTS if x.name == name)
+
+
+def run_layout(layout: TrainLayout, timeout_s: float = 150, show: str = "rank0") -> dict:
+    """One torchrun; the record keeps every rank's result or the error text."""
+    args = layout.to_args()
+    record = {"name": layout.name, "args": args, "command": shlex.join(torchrun_command("ch07_memory", NPROC, args))}
+    start = time.monotonic()
+    try:
+        result = launch("ch07_memory", NPROC, args, timeout_s=timeout_s, show=show)
+        record["ranks"] = result.results
+    except LaunchError as error:
+        record["error"] = str(error)[-3000:]
+    record["seconds"] = round(time.monotonic() - start, 1)
+    return record
+
+
+def summary(record: dict) -> dict:
+    """Measured and predicted peak of the rank that uses most (the one that decides OOM)."""
+    from helpers.memory_llama import predict
+
+    if "ranks" not in record:
+        return {"layout": record["name"], "error": record.get("error", "?").strip().splitlines()[-1][:120]}
+    layout = TrainLayout.from_dict(record["ranks"][0]["layout"])
+    ranks = sorted(record["ranks"], key=lambda r: r["measured"]["peak"] if r["measured"] else 0)
+    worst = ranks[-1]
+    measured = worst["measured"]["peak"] if worst["measured"] else None
+    predicted = predict(layout, rank=worst["rank"])["peak"]
+    error = None if measured is None else 100 * (predicted - measured) / measured
+    return {"layout": record["name"], "rank": worst["rank"], "measured": measured, "predicted": predicted,
+            "error_pct": error, "tokens_per_s": sum(r["tokens_per_s"] for r in record["ranks"]) / len(record["ranks"]),
+            "outside_allocator": worst["measured"]["outside_allocator"] if worst["measured"] else None}
+
+
+def table_rows(records: list[dict]) -> list[dict]:
+    rows = []
+    for r in map(summary, records):
+        if "error" in r:
+            rows.append({"layout": r["layout"], "measured MiB": "failed", "predicted MiB": "", "error %": r["error"]})
+            continue
+        rows.append({"layout": r["layout"], "measured MiB": f"{r['measured'] / MIB:.0f}" if r["measured"] else "-",
+                     "predicted MiB": f"{r['predicted'] / MIB:.0f}",
+                     "error %": f"{r['error_pct']:+.1f}" if r["error_pct"] is not None else "-",
+                     "tokens/s": f"{r['tokens_per_s']:.0f}"})
+    return rows
+
+
+def show_recorded() -> str:
+    from helpers.results import describe
+
+    record = load("ch07_memory")
+    rows = table_rows(record["runs"])
+    return describe(record) + "\n\n" + format_table(rows, list(rows[0]))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--record", action="store_true", help="write results/<hardware>/ch07_memory.json")
+    parser.add_argument("--quick", action="store_true", help=f"only {QUICK}")
+    parser.add_argument("--only", nargs="*", default=None, help="layout names to run")
+    args = parser.parse_args()
+    names = args.only or (QUICK if args.quick else [x.name for x in LAYOUTS])
+    records = []
+    for i, name in enumerate(names, 1):
+        print(f"[{i}/{len(names)}] {name} ...", flush=True)
+        # the first run may JIT-compile HybridAdam's CUDA and CPU kernels (minutes on a fresh box)
+        records.append(run_layout(layout_named(name), timeout_s=480 if i == 1 else 180, show="none"))
+        row = table_rows(records[-1:])[0]
+        print(f"[{i}/{len(names)}] {name}: {row} ({records[-1]['seconds']} s)", flush=True)
+    rows = table_rows(records)
+    columns = list(dict.fromkeys(k for r in rows for k in r))
+    print(format_table(rows, columns))
+    if args.record:
+        command = "python -m helpers.chapter07 --record" + (" --quick" if args.quick else "")
+        print("wrote", save("ch07_memory", records, command))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,176 @@
+"""Chapter 7's measured-memory model: a Llama trained under one Colossal-AI plugin, per rank.
+
+Where :mod:`helpers.memory` gives the textbook estimate (ZeRO §3 model states, Korthikanti Table 2
+activations), this module predicts what ``torch.cuda.max_memory_allocated`` reports for the
+layouts of :mod:`helpers.memory_layouts`. Nothing here is fitted to measurements; each term is
+counted from the code that allocates it (transformers 4.51 Llama, Colossal-AI 0.5.0 plugins):
+
+* **Activations** of one decoder layer, counted tensor by tensor from what autograd saves (checked
+  exactly on the CPU with ``saved_tensors_hooks``, :func:`count_saved_bytes`): with N = b·s tokens,
+  e bytes per element of the compute dtype, h hidden, f SwiGLU width, a heads,
+  each RMSNorm keeps its input in fp32 (4Nh), 1/rms (4N), the normalised value and the weighted output
+  (2·eNh); attention keeps q, k, v, the sdpa output and its log-sum-exp (3eNh + eNh + 4Na; with grouped-query
+  attention k and v are still h wide, as transformers' ``repeat_kv`` copies them before the kernel),
+  the o_proj input (eNh); the MLP keeps gate, silu(gate), up and their product (4eNf). Eager attention
+  drops the sdpa output and log-sum-exp and keeps the softmax in fp32 and its 16-bit copy (4 + 2)·b·a·s²
+  instead (Korthikanti's s² term). Tensor parallelism divides the attention and MLP parts by t, not the
+  norms. Full recomputation (non-reentrant checkpoint per layer) keeps only each layer's input (eNh).
+* **Loss**: HF's loss upcasts the e-byte logits to fp32 and keeps the fp32 log-softmax (4Nv); its
+  backward holds that, the nll gradient and the log-softmax gradient at once: 12Nv, often the peak.
+* **Model states** per plugin (see :func:`model_states`): TorchDDP keeps a second fp32 gradient copy in
+  its buckets; HybridParallel's mixed precision keeps fp32 masters beside the bf16 weights and, with
+  dp > 1, torch DDP buckets in bf16; LowLevelZero keeps bf16 weights, fp32 master *shards* and
+  HybridAdam states of the shards; Gemini shards weights, masters and states (ZeRO-3).
+* **Phases**: the peak is the largest of (1) the end of forward at the loss, (2) the start of backward
+  (12Nv of loss gradients on top of all activations), (3) the end of backward (all gradients, the last
+  activations gone) and (4) the optimizer step (fp32 gradient copies). 1F1B pipelines keep
+  min(m, P) − stage micro-batches in flight on each stage.
+"""
+
+from __future__ import annotations
+
+from helpers.memory_layouts import LlamaShape, TrainLayout
+
+BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
+
+
+def layer_params(shape: LlamaShape) -> tuple[int, int]:
+    """(parameters split by tensor parallelism, replicated norm parameters) of one decoder layer."""
+    h, kv = shape.hidden, shape.hidden * shape.kv_heads // shape.heads
+    return 2 * h * h + 2 * h * kv + 3 * h * shape.ffn, 2 * h
+
+
+def rank_params(layout: TrainLayout, stage: int = 0) -> float:
+    """Parameters held by one rank of pipeline ``stage`` (before any ZeRO sharding)."""
+    shape, t = layout.shape, layout.tp
+    split, norms = layer_params(shape)
+    layers = shape.layers // layout.pp
+    total = layers * (split / t + norms)
+    if stage == 0:
+        total += shape.vocab * shape.hidden / t  # embedding
+    if stage == layout.pp - 1:
+        total += shape.vocab * shape.hidden / t + shape.hidden  # lm_head, final norm
+    return total
+
+
+def layer_activation_bytes(shape: LlamaShape, tokens: int, seq: int, e: int, tp: int = 1,
+                           attn: str = "sdpa") -> float:
+    """Bytes autograd saves for one HF Llama decoder layer (module docstring), per rank."""
+    n, h, f, a = tokens, shape.hidden, shape.ffn, shape.heads
+    norms = 2 * ((4 + 2 * e) * n * h + 4 * n)
+    qkv = 3 * e * n * h + e * n * h  # q, k, v (repeat_kv expands GQA heads first) and the o_proj input
+    if attn == "sdpa":
+        core = e * n * h + 4 * n * a  # output and log-sum-exp of the fused kernel
+    else:
+        copy = e if e != 4 else 0  # softmax(dtype=fp32).to(e-byte dtype): no copy in fp32
+        core = (4 + copy) * (tokens // seq) * a * seq * seq  # the fp32 softmax and its e-byte copy
+    mlp = 4 * e * n * f
+    return norms + (qkv + core + mlp) / tp
+
+
+def head_activation_bytes(shape: LlamaShape, tokens: int, e: int) -> float:
+    """The final RMSNorm's saved tensors (the lm_head input among them)."""
+    return (4 + 2 * e) * tokens * shape.hidden + 4 * tokens
+
+
+def loss_bytes(layout: TrainLayout, tokens: int, e: int) -> dict:
+    """Logits and cross-entropy memory: what forward keeps, and the transient peaks of forward and
+    backward. HF's loss (no tp/pp): fp32 upcast + fp32 log-softmax. Colossal-AI's pipeline forward
+    (pp > 1): cross entropy on e-byte logits after a contiguous copy. Its tp forward: the
+    vocab-parallel cross entropy keeps the e-byte softmax of the local vocabulary shard."""
+    nv = tokens * layout.shape.vocab / layout.tp
+    if layout.pp > 1:
+        return {"kept": e * nv, "forward": 3 * e * nv, "backward": 3 * e * nv}
+    if layout.tp > 1:
+        return {"kept": e * nv, "forward": e * nv + e * nv + 4 * nv + e * nv, "backward": 2 * e * nv}
+    upcast = 4 * nv if e != 4 else 0
+    return {"kept": 4 * nv, "forward": e * nv + upcast + 4 * nv, "backward": 12 * nv}
+
+
+def model_states(layout: TrainLayout, stage: int = 0) -> dict:
+    """Persistent bytes on the GPU at the start of a step (after warm-up), by component, and the
+    gradients present at the end of backward (``grads``) and the extra bytes of the step (``step``)."""
+    psi, n, w = rank_params(layout, stage), layout.dp, BYTES[layout.precision]
+    plugin = layout.plugin
+    out = {"weights": w * psi, "master": 0.0, "optimizer": 8 * psi, "buckets": 0.0, "grads": w * psi, "step": 0.0}
+    if plugin == "ddp":  # torch DDP, gradient_as_bucket_view=False: buckets are a second gradient copy
+        out["buckets"] = w * psi if n > 1 else 0.0
+    elif plugin == "hybrid":
+        if layout.precision != "fp32":
+            out["master"] = 4 * psi  # MixedPrecisionOptimizer: p.detach().float()
+            out["step"] = 4 * psi  # p.grad = working.grad.float() for every parameter
+        if layout.zero_stage >= 1:
+            out["master"] /= n
+            out["optimizer"] /= n
+            out["step"] /= n
+        elif n > 1:
+            out["buckets"] = w * psi
+    elif plugin == "zero":
+        shard = 1.0 / n
+        out["master"] = 4 * psi * shard  # master_weights=True: a cloned fp32 shard, also in fp32
+        out["optimizer"] = 8 * psi * shard
+        if layout.precision != "fp32":
+            out["step"] = 4 * psi * shard  # grad.to(fp32) of the own shard, held through optim.step
+        if layout.zero_stage == 2:
+            out["grads"] = w * psi * shard
+        if layout.offload:
+            out["master"], out["optimizer"], out["step"] = 0.0, 0.0, 0.0
+    elif plugin == "gemini":
+        shard = 1.0 / n
+        out["weights"] = w * psi * shard
+        out["grads"] = 0.0  # gradients reuse the bf16 chunk
+        out["master"] = 4 * psi * shard
+        out["optimizer"] = 8 * psi * shard
+        if layout.offload or layout.placement == "auto":  # auto with gpu_margin_mem_ratio=0: states on CPU
+            out["master"], out["optimizer"] = 0.0, 0.0
+    return out
+
+
+def predict(layout: TrainLayout, rank: int = 0) -> dict:
+    """Predicted per-rank bytes: components, the four phases and ``peak`` (their maximum)."""
+    shape, e = layout.shape, BYTES[layout.precision]
+    stage = (rank // layout.tp) % layout.pp  # mesh order (dp, pp, tp): tp fastest
+    tokens = layout.micro_batch * layout.seq
+    states = model_states(layout, stage)
+    persistent = states["weights"] + states["master"] + states["optimizer"] + states["buckets"]
+    layers = shape.layers // layout.pp
+    in_flight = min(layout.microbatches, layout.pp) - stage if layout.pp > 1 else 1
+    per_layer = layer_activation_bytes(shape, tokens, layout.seq, e, layout.tp, layout.attn)
+    kept_per_layer = e * tokens * shape.hidden if layout.recompute else per_layer
+    activations = in_flight * layers * kept_per_layer
+    if layout.pp > 1:
+        activations += in_flight * e * tokens * shape.hidden  # the stage's boundary tensor
+    last = stage == layout.pp - 1
+    loss = loss_bytes(layout, tokens, e) if last else {"kept": 0.0, "forward": 0.0, "backward": 0.0}
+    head = head_activation_bytes(shape, tokens, e) if last else 0.0
+    recompute_working = per_layer if layout.recompute else 0.0
+    phases = {
+        "forward": persistent + activations + head + loss["forward"],
+        "backward_start": persistent + activations + head + loss["backward"],
+        "backward_end": persistent + states["grads"] + recompute_working,
+        "step": persistent + states["grads"] + states["step"],
+    }
+    return {"rank": rank, "stage": stage, "params": rank_params(layout, stage), "states": states,
+            "persistent": persistent, "activations": activations, "per_layer": per_layer, "head": head,
+            "loss": loss, "phases": phases, "peak": max(phases.values())}
+
+
+def count_saved_bytes(model, batch: dict) -> dict:
+    """Bytes autograd saves in one forward of ``model`` on ``batch``, parameters excluded, each
+    storage counted once (``torch.autograd.graph.saved_tensors_hooks``); the exact check of
+    :func:`layer_activation_bytes` on the CPU."""
+    import torch
+
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    seen: dict[int, int] = {}
+
+    def pack(t):
+        ptr = t.untyped_storage().data_ptr()
+        if ptr not in params:
+            seen.setdefault(ptr, t.untyped_storage().nbytes())
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        loss = model(**batch).loss
+    loss.backward()
+    return {"total": sum(seen.values()), "tensors": len(seen)}
