@@ -22,9 +22,11 @@ import shlex
 import subprocess
 import time
 
-from helpers.comm import Link, collective_time, fit_link
+from helpers.comm import Link, collective_time, fit_link, ring_steps
 from helpers.env import gpu_count
 from helpers.launch import launch, torchrun_command
+from helpers.layouts import Layout
+from helpers.planner import Hardware, Model, plan_layout
 from helpers.results import format_table, save
 
 NPROC = 2
@@ -115,23 +117,30 @@ def measured_collectives(record_runs: list[dict]) -> list[dict]:
     return rows
 
 
-def calibrate(rows: list[dict], min_bytes: int = MB) -> tuple[Link, list[int]]:
-    """Fit one link to all-reduce at every other size >= ``min_bytes``; return it and the sizes used."""
+def calibrate(rows: list[dict], min_bytes: int = MB, per_step: bool = False) -> tuple[Link, list[int]]:
+    """Fit one link to all-reduce at every other size >= ``min_bytes``; return it and the sizes used.
+
+    With ``per_step`` the fitted latency is divided by the all-reduce's ring steps, 2(n-1), so the
+    link's latency is that of one step (:func:`helpers.comm.collective_time` ``per_step``).
+    """
     sizes = sorted(r["size_bytes"] for r in rows if r["collective"] == "all_reduce" and r["size_bytes"] >= min_bytes)
     used = sizes[::2] if len(sizes) >= 4 else sizes
     n = rows[0]["n"]
     points = [(r["size_bytes"], r["seconds"]) for r in rows
               if r["collective"] == "all_reduce" and r["size_bytes"] in used]
     link = fit_link(points, "fitted to all-reduce", collective="all_reduce", n=n, relative=True)
+    if per_step:
+        link = Link("fitted to all-reduce, latency per ring step", link.bandwidth_bytes_per_s,
+                    link.latency_s / ring_steps("all_reduce", n))
     return link, used
 
 
-def collective_table(rows: list[dict], min_bytes: int = MB) -> tuple[list[dict], Link]:
+def collective_table(rows: list[dict], min_bytes: int = MB, per_step: bool = False) -> tuple[list[dict], Link]:
     """Predicted vs measured time for every (collective, size) with its error; which rows were fitted."""
-    link, used = calibrate(rows, min_bytes)
+    link, used = calibrate(rows, min_bytes, per_step)
     table = []
     for r in sorted(rows, key=lambda r: (r["collective"], r["size_bytes"])):
-        predicted = collective_time(r["collective"], r["size_bytes"], r["n"], link)
+        predicted = collective_time(r["collective"], r["size_bytes"], r["n"], link, per_step)
         table.append({
             "collective": r["collective"], "size": _size(r["size_bytes"]), "size_bytes": r["size_bytes"],
             "measured us": round(r["seconds"] * 1e6, 1), "predicted us": round(predicted * 1e6, 1),
@@ -160,6 +169,76 @@ def share_rows(results: list[dict]) -> list[dict]:
              "compute ms": round(r["t_compute"] * 1e3, 2), "comm ms": round(r["t_comm"] * 1e3, 2),
              "share": round(r["share"], 2), "tokens/s": round(r["tokens_per_s"]),
              "> 0.5": "yes" if r["above_half"] else "no"} for r in results]
+
+
+def busbw_figure(table: list[dict]):
+    """Left: measured bus bandwidth against message size, per collective. Right: predicted against
+    measured time, with the ±25 % band, fitted points hollow."""
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8), dpi=80)
+    for name in sorted({r["collective"] for r in table}):
+        rows = [r for r in table if r["collective"] == name]
+        left.plot([r["size_bytes"] for r in rows], [r["busbw GB/s"] for r in rows], marker="o", label=name)
+        for role, face in (("held out", None), ("fit", "none")):
+            pts = [r for r in rows if r["role"] == role]
+            right.scatter([r["measured us"] for r in pts], [r["predicted us"] for r in pts], s=18,
+                          facecolors=face, edgecolors=left.lines[-1].get_color(), color=left.lines[-1].get_color())
+    left.set(xscale="log", xlabel="message size S (bytes)", ylabel="bus bandwidth (GB/s)", title="measured busbw")
+    left.legend(fontsize=8)
+    lo, hi = min(r["measured us"] for r in table), max(r["measured us"] for r in table)
+    line = [lo, hi]
+    right.plot(line, line, "k-", lw=0.8)
+    right.fill_between(line, [x * 0.75 for x in line], [x * 1.25 for x in line], color="grey", alpha=0.2, label="±25 %")
+    right.set(xscale="log", yscale="log", xlabel="measured (µs)", ylabel="predicted (µs)",
+              title="α-β model fitted on all-reduce")
+    right.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def layout_of_run(r: dict) -> tuple[Layout, bool]:
+    """The planner's Layout (and recompute flag) of one ch03_layouts result."""
+    batch = r["model"]["batch"]
+    m = r["microbatches"] if r["pp"] > 1 else 1  # without a pipeline the per-rank batch is one pass
+    sp = r["sp"] if r["sp_mode"] == "all_to_all" else 1
+    return Layout(r["dp"], r["tp"], r["pp"], sp, r["sp_mode"], batch // (r["dp"] * m), r["zero"]), r["recompute"]
+
+
+def model_of_run(r: dict) -> Model:
+    d = r["model"]
+    ffn = (8 * d["hidden"] // 3 + 63) // 64 * 64  # helpers.tinyllama.llama_config's SwiGLU width
+    return Model("measured Llama", d["layers"], d["hidden"], d["heads"], d["heads"], ffn, d["vocab"], d["seq"])
+
+
+def validation_rows(runs: list[dict], hw: Hardware) -> list[dict]:
+    """Measured step time of each recorded layout next to the planner's estimate and both ranks."""
+    rows = []
+    for run in runs:
+        if "results" not in run:
+            rows.append({"layout": run["layout"], "measured ms": "failed", "error": run.get("error", "")[-200:]})
+            continue
+        r = run["results"][0]
+        layout, recompute = layout_of_run(r)
+        p = plan_layout(model_of_run(r), layout, r["model"]["batch"], hw, recompute)
+        rows.append({"layout": run["layout"], "measured ms": round(r["step_s"] * 1e3, 1),
+                     "planner ms": round(p.step_s * 1e3, 1), "measured GiB": r["peak_gib"],
+                     "planner GiB": round(p.memory_gib, 1)})
+    ok = [r for r in rows if r["measured ms"] != "failed"]
+    for key, rank in (("measured ms", "measured rank"), ("planner ms", "planner rank")):
+        for i, r in enumerate(sorted(ok, key=lambda r: r[key])):
+            r[rank] = i + 1
+    return rows
+
+
+def rank_agreement(rows: list[dict]) -> float:
+    """Spearman's rank correlation between the planner's and the measured order (1 = same order)."""
+    ok = [r for r in rows if "planner rank" in r]
+    n = len(ok)
+    if n < 2:
+        return float("nan")
+    d2 = sum((r["planner rank"] - r["measured rank"]) ** 2 for r in ok)
+    return 1 - 6 * d2 / (n * (n * n - 1))
 
 
 def main() -> None:

@@ -112,10 +112,25 @@ NOMINAL_LINKS = {
 }
 
 
-def collective_time(collective: str, size_bytes: float, n: int, link: Link) -> float:
-    """Modelled seconds: link.latency_s + :func:`bytes_sent` / link.bandwidth (0 when n = 1)."""
+def ring_steps(collective: str, n: int) -> int:
+    """Communication steps of the ring algorithm: 2(n-1) for all-reduce (reduce-scatter then
+    all-gather), n-1 for the other three (Thakur, Rabenseifner & Gropp 2005, Table 1 and §4)."""
+    _check_n(n)
+    return (2 if _canonical(collective) == "all_reduce" else 1) * (n - 1)
+
+
+def collective_time(collective: str, size_bytes: float, n: int, link: Link, per_step: bool = False) -> float:
+    """Modelled seconds: link.latency_s + :func:`bytes_sent` / link.bandwidth (0 when n = 1).
+
+    ``per_step=True`` reads ``link.latency_s`` as the latency of one ring step and charges
+    :func:`ring_steps` of them (the Hockney/Thakur cost ``steps·α + bytes·β``): an all-reduce then
+    pays twice the latency of an all-gather, as its ring runs twice as many steps.
+    """
     volume = bytes_sent(collective, size_bytes, n)
-    return 0.0 if n == 1 else link.latency_s + volume / link.bandwidth_bytes_per_s
+    if n == 1:
+        return 0.0
+    latency = link.latency_s * (ring_steps(collective, n) if per_step else 1)
+    return latency + volume / link.bandwidth_bytes_per_s
 
 
 def fit_link(samples: Iterable[tuple[float, float]], name: str = "fitted",

@@ -73,3 +73,39 @@ def test_calibration_reports_a_collective_that_departs():
     table, _ = chapter03.collective_table(rows)
     worst = chapter03.worst_error(table)
     assert worst["collective"] == "all_to_all" and worst["error %"] == pytest.approx(-50, abs=0.5)
+
+
+def _layout_run(name, step_s, **kw):
+    r = {"tp": 1, "pp": 1, "sp": 1, "sp_mode": None, "zero": 0, "dp": 2, "microbatches": 1, "recompute": False,
+         "step_s": step_s, "peak_gib": 10.0,
+         "model": {"layers": 8, "hidden": 2048, "heads": 16, "vocab": 32000, "seq": 1024, "batch": 16}} | kw
+    return {"layout": name, "results": [r]}
+
+
+def test_validation_rows_map_runs_to_planner_layouts():
+    from helpers.planner import VALIDATION_0B5, Hardware
+
+    runs = [_layout_run("dp=2", 0.10), _layout_run("tp=2", 0.12, tp=2, dp=1),
+            _layout_run("pp=2, m=4", 0.15, pp=2, dp=1, microbatches=4),
+            _layout_run("sp=2 all_to_all", 0.13, sp=2, sp_mode="all_to_all", dp=1),
+            {"layout": "broken", "error": "boom"}]
+    layout, _ = chapter03.layout_of_run(runs[2]["results"][0])
+    assert (layout.pp, layout.microbatch, layout.dp) == (2, 4, 1)
+    layout, _ = chapter03.layout_of_run(runs[3]["results"][0])
+    assert (layout.sp, layout.sp_mode, layout.microbatch) == (2, "all_to_all", 16)
+    assert chapter03.model_of_run(runs[0]["results"][0]).params == VALIDATION_0B5.params
+    rows = chapter03.validation_rows(runs, Hardware(memory_gib=141.0, flash=False))
+    assert rows[-1]["measured ms"] == "failed"
+    assert sorted(r["measured rank"] for r in rows[:-1]) == [1, 2, 3, 4]
+    assert [r["measured rank"] for r in rows[:-1]] == [1, 2, 4, 3]
+    rho = chapter03.rank_agreement(rows)
+    assert -1 <= rho <= 1
+    same = [dict(r, **{"planner rank": r["measured rank"]}) for r in rows[:-1]]
+    assert chapter03.rank_agreement(same) == 1.0
+
+
+def test_busbw_figure_draws():
+    truth = Link("truth", 300e9, 12e-6)
+    table, _ = chapter03.collective_table(_rows(truth))
+    fig = chapter03.busbw_figure(table)
+    assert len(fig.axes) == 2 and len(fig.axes[0].lines) == 4
