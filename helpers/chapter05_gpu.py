@@ -47,11 +47,11 @@ def _run(name: str, config: str | Path, args: list[str], workdir: Path, show: st
     try:
         result = launch("ch05_train", nproc, full, timeout_s=300, show=show)
     except LaunchError as e:
-        run.update(ok=False, failed_rank=e.rank, error=str(e).splitlines()[0],
+        run.update(ok=False, failed_rank=e.rank, error=str(e)[-3000:],
                    fault=next((line for lines in e.lines.values() for line in lines if line.startswith("FAULT")), None),
                    losses_before_failure=losses_from_lines(e.lines.get(0, [])))
         if not expect_failure:
-            print(f"[ch05-gpu] {name} FAILED: {e}", flush=True)
+            print(f"[ch05-gpu] {name} FAILED: {str(e)[-3000:]}", flush=True)
         return run
     final = next(r for r in result.results if r.get("final"))
     run.update(ok=True, seconds=round(result.seconds, 1), losses=final["losses"], plugin=final["plugin"],

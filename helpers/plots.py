@@ -239,3 +239,33 @@ def resume_figure(uninterrupted: list[float], before_kill: dict[int, float], res
     ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
+
+
+def gpu_resume_figure(record: dict):
+    """Chapter 5 on GPUs (:mod:`helpers.chapter05_gpu`): left, each layout's uninterrupted run and
+    its resume after a kill; right, a tensor-parallel checkpoint resumed under data parallelism."""
+    fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3), dpi=DPI, sharey=False)
+    for kr, c in zip(record["kill_and_resume"], RANK_COLOURS):
+        full, _, resumed = kr["runs"]
+        if full.get("losses"):
+            steps = np.arange(1, len(full["losses"]) + 1)
+            left.plot(steps, full["losses"], color=c, lw=4, alpha=0.3, label=f"{kr['layout']} uninterrupted")
+        if resumed.get("losses"):
+            steps = np.arange(1, len(resumed["losses"]) + 1)
+            left.plot(steps[3:], resumed["losses"][3:], "s--", color=c, ms=3, lw=1, label=f"{kr['layout']} resumed")
+    left.set_title("killed at step 5, resumed from step 3", fontsize=9)
+    names = {0: "source, uninterrupted", 1: "target from scratch", 2: "target resumed from the source's step 3"}
+    rs = record["reshard"]
+    for i, run in enumerate(rs["runs"]):
+        if run.get("losses"):
+            steps = np.arange(1, len(run["losses"]) + 1)
+            style = dict(lw=4, alpha=0.3) if i == 0 else dict(ls="--" if i == 2 else ":", marker="s" if i == 2 else None,
+                                                               ms=3, lw=1.2)
+            shown = slice(3, None) if i == 2 else slice(None)
+            right.plot(steps[shown], run["losses"][shown], color=RANK_COLOURS[i], label=f"{run['name']} ({names[i]})", **style)
+    right.set_title(f"saved as {rs['source']}, resumed as {rs['target']}", fontsize=9)
+    for ax in (left, right):
+        ax.set_xlabel("step"), ax.set_ylabel("loss")
+        ax.legend(fontsize=6)
+    fig.tight_layout()
+    return fig

@@ -258,6 +258,13 @@ class Meter:
         if self.kernels:
             self.kernels.start()
 
+    def close(self) -> None:
+        """Stop recording kernels. Call it when training ends: a process that exits while the
+        profiler still records crashes in teardown ("pure virtual method called")."""
+        if self.kernels:
+            sync(self.device)
+            self.kernels.stop()
+
     def report(self) -> Signals:
         sync(self.device)
         if self.kernels:

@@ -174,6 +174,7 @@ def train(args, env):
                 log(f"saved {saved.name} (epoch {pos.epoch}, batch {pos.batch_in_epoch})") if env.rank == 0 else None
             if step == t.steps or pos.batch_in_epoch == 0:
                 break  # done, or the epoch is over: the while loop sets the next epoch's order
+    meter.close()
     bar.close()
     digest = None if sharded else ckpt.params_digest(model.unwrap().state_dict())
     result = dict(final=True, losses=losses, digest=digest, world_size=env.world_size, plugin=type(plugin).__name__,
