@@ -32,6 +32,8 @@ from __future__ import annotations
 from helpers.memory_layouts import LlamaShape, TrainLayout
 
 BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
+GEMINI_CHUNK = 32 * 2**20  # GeminiPlugin min_chunk_size_m=32: chunks of at least 32 Mi elements
+GEMINI_GATHERED_CHUNKS = 2  # the chunk in use and the next one, gathered in full while computing
 
 
 def layer_params(shape: LlamaShape) -> tuple[int, int]:
@@ -82,47 +84,47 @@ def loss_bytes(layout: TrainLayout, tokens: int, e: int) -> dict:
     if layout.pp > 1:
         return {"kept": e * nv, "forward": 3 * e * nv, "backward": 3 * e * nv}
     if layout.tp > 1:
-        return {"kept": e * nv, "forward": e * nv + e * nv + 4 * nv + e * nv, "backward": 2 * e * nv}
+        # logits, their contiguous copy, the max-shifted copy, the fp32 softmax and its e-byte copy
+        return {"kept": e * nv, "forward": 4 * e * nv + 4 * nv, "backward": 2 * e * nv}
     upcast = 4 * nv if e != 4 else 0
     return {"kept": 4 * nv, "forward": e * nv + upcast + 4 * nv, "backward": 12 * nv}
 
 
 def model_states(layout: TrainLayout, stage: int = 0) -> dict:
-    """Persistent bytes on the GPU at the start of a step (after warm-up), by component, and the
-    gradients present at the end of backward (``grads``) and the extra bytes of the step (``step``)."""
+    """Persistent bytes on the GPU at the start of a step (after warm-up), by component; ``grads``:
+    gradient bytes at the end of backward; ``step``: non-persistent bytes during the optimizer step
+    (the gradients still held plus the copies the step makes)."""
     psi, n, w = rank_params(layout, stage), layout.dp, BYTES[layout.precision]
-    plugin = layout.plugin
-    out = {"weights": w * psi, "master": 0.0, "optimizer": 8 * psi, "buckets": 0.0, "grads": w * psi, "step": 0.0}
+    plugin, mixed = layout.plugin, layout.precision != "fp32"
+    out = {"weights": w * psi, "master": 0.0, "optimizer": 8 * psi, "buckets": 0.0, "grads": w * psi}
+    out["step"] = out["grads"]
     if plugin == "ddp":  # torch DDP, gradient_as_bucket_view=False: buckets are a second gradient copy
         out["buckets"] = w * psi if n > 1 else 0.0
-    elif plugin == "hybrid":
-        if layout.precision != "fp32":
-            out["master"] = 4 * psi  # MixedPrecisionOptimizer: p.detach().float()
-            out["step"] = 4 * psi  # p.grad = working.grad.float() for every parameter
-        if layout.zero_stage >= 1:
-            out["master"] /= n
-            out["optimizer"] /= n
-            out["step"] /= n
-        elif n > 1:
-            out["buckets"] = w * psi
-    elif plugin == "zero":
+    elif plugin == "hybrid":  # HybridParallelAMPOptimizer (MixedPrecisionOptimizer), ZeRO 0 here
+        if mixed:
+            out["master"] = 4 * psi  # p.detach().float()
+            out["step"] = 4 * psi  # p.grad = working.grad.float(); working.grad = None, one by one
+        if n > 1:
+            out["buckets"] = w * psi  # torch DDP over the dp group
+    elif plugin == "zero":  # LowLevelZeroOptimizer
         shard = 1.0 / n
-        out["master"] = 4 * psi * shard  # master_weights=True: a cloned fp32 shard, also in fp32
+        out["master"] = 4 * psi * shard  # master_weights=True: a cloned fp32 shard, in fp32 too
         out["optimizer"] = 8 * psi * shard
-        if layout.precision != "fp32":
-            out["step"] = 4 * psi * shard  # grad.to(fp32) of the own shard, held through optim.step
-        if layout.zero_stage == 2:
+        if layout.zero_stage == 2:  # reduce-scattered: only the own shard is kept
             out["grads"] = w * psi * shard
-        if layout.offload:
-            out["master"], out["optimizer"], out["step"] = 0.0, 0.0, 0.0
-    elif plugin == "gemini":
+        copies = 4 * psi * shard if mixed else 0.0  # grad.to(fp32) of the own shard, held through step
+        out["step"] = out["grads"] + copies
+        if layout.offload:  # masters and Adam on the CPU; the fp32 copies go there one by one
+            out["master"] = out["optimizer"] = 0.0
+            out["step"] = out["grads"]
+    elif plugin == "gemini":  # chunks: bf16 weights sharded, grads written back into them
         shard = 1.0 / n
-        out["weights"] = w * psi * shard
-        out["grads"] = 0.0  # gradients reuse the bf16 chunk
+        out["weights"] = w * psi * shard + GEMINI_GATHERED_CHUNKS * GEMINI_CHUNK * w
+        out["grads"] = out["step"] = 0.0
         out["master"] = 4 * psi * shard
         out["optimizer"] = 8 * psi * shard
         if layout.offload or layout.placement == "auto":  # auto with gpu_margin_mem_ratio=0: states on CPU
-            out["master"], out["optimizer"] = 0.0, 0.0
+            out["master"] = out["optimizer"] = 0.0
     return out
 
 
@@ -143,12 +145,14 @@ def predict(layout: TrainLayout, rank: int = 0) -> dict:
     last = stage == layout.pp - 1
     loss = loss_bytes(layout, tokens, e) if last else {"kept": 0.0, "forward": 0.0, "backward": 0.0}
     head = head_activation_bytes(shape, tokens, e) if last else 0.0
-    recompute_working = per_layer if layout.recompute else 0.0
+    # with recomputation the first layer is recomputed before the embedding's gradient exists
+    embedding_grad = shape.vocab * shape.hidden / layout.tp * e if stage == 0 else 0.0
+    end = max(states["grads"], states["grads"] - embedding_grad + per_layer) if layout.recompute else states["grads"]
     phases = {
         "forward": persistent + activations + head + loss["forward"],
         "backward_start": persistent + activations + head + loss["backward"],
-        "backward_end": persistent + states["grads"] + recompute_working,
-        "step": persistent + states["grads"] + states["step"],
+        "backward_end": persistent + end,
+        "step": persistent + states["step"],
     }
     return {"rank": rank, "stage": stage, "params": rank_params(layout, stage), "states": states,
             "persistent": persistent, "activations": activations, "per_layer": per_layer, "head": head,

@@ -70,8 +70,15 @@ def optimizer_census(opt, model) -> dict:
     inner = getattr(opt, "optim", opt)
     states = [v for s in inner.state.values() for v in s.values()]
     masters = [p for g in inner.param_groups for p in g["params"]]
-    return {"optimizer_states": tensor_bytes(states), "optimizer_params": tensor_bytes(masters),
-            "model_params": tensor_bytes(list(model.parameters()))}
+    census = {"optimizer_states": tensor_bytes(states), "optimizer_params": tensor_bytes(masters),
+              "model_params": tensor_bytes(list(model.parameters()))}
+    manager = getattr(model, "chunk_manager", None)  # GeminiDDP is the boosted model itself
+    if manager is not None:  # Gemini: chunk sizes as its search chose them (informational)
+        chunks = [c for group in manager.chunk_groups.values() for c in group]
+        census["chunks"] = {"sizes": [c.chunk_size for c in chunks], "used": [c.utilized_size for c in chunks],
+                            "keep_gathered": [bool(c.keep_gathered) for c in chunks],
+                            "total_mem": dict(manager.total_mem)}
+    return census
 
 
 class Trainer:
