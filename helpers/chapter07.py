@@ -3,7 +3,8 @@
 Record on a box with two GPUs (results/<hardware>/ch07_memory.json), about 6 minutes:
 
     python -m helpers.chapter07 --record          # all layouts
-    python -m helpers.chapter07 --record --quick  # three layouts, a smoke test
+    python -m helpers.chapter07 --record --quick  # three layouts, a smoke test (ch07_memory_quick.json)
+    python -m helpers.chapter07 --record --only "TP=2 bf16"  # re-record some, keep the others
 
 Each layout is one torchrun of ``helpers.demos.ch07_memory`` with its own timeout; a failing
 layout is recorded with its error and the recording goes on.
@@ -99,6 +100,16 @@ def show_recorded() -> str:
     return describe(record) + "\n\n" + format_table(rows, list(rows[0]))
 
 
+def _earlier_runs(name: str) -> list[dict]:
+    """Runs already recorded on this machine's hardware (kept when --only re-records a few)."""
+    import json
+
+    from helpers.results import RESULTS_DIR, hardware
+
+    path = RESULTS_DIR / hardware() / f"{name}.json"
+    return json.loads(path.read_text())["runs"] if path.exists() else []
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--record", action="store_true", help="write results/<hardware>/ch07_memory.json")
@@ -106,19 +117,22 @@ def main() -> None:
     parser.add_argument("--only", nargs="*", default=None, help="layout names to run")
     args = parser.parse_args()
     names = args.only or (QUICK if args.quick else [x.name for x in LAYOUTS])
+    command = "python -m helpers.chapter07 --record" + (" --quick" if args.quick else "")
+    name = "ch07_memory_quick" if args.quick else "ch07_memory"
+    earlier = _earlier_runs(name) if args.only and args.record else []  # --only re-runs some layouts
     records = []
-    for i, name in enumerate(names, 1):
-        print(f"[{i}/{len(names)}] {name} ...", flush=True)
+    for i, layout_name in enumerate(names, 1):
+        print(f"[{i}/{len(names)}] {layout_name} ...", flush=True)
         # the first run may JIT-compile HybridAdam's CUDA and CPU kernels (minutes on a fresh box)
-        records.append(run_layout(layout_named(name), timeout_s=480 if i == 1 else 180, show="none"))
-        row = table_rows(records[-1:])[0]
-        print(f"[{i}/{len(names)}] {name}: {row} ({records[-1]['seconds']} s)", flush=True)
+        records.append(run_layout(layout_named(layout_name), timeout_s=480 if i == 1 else 180, show="none"))
+        print(f"[{i}/{len(names)}] {table_rows(records[-1:])[0]} ({records[-1]['seconds']} s)", flush=True)
+        if args.record:  # saved after every layout: a recording cut short keeps what it measured
+            done = {r["name"] for r in records}
+            path = save(name, [r for r in earlier if r["name"] not in done] + records, command)
     rows = table_rows(records)
-    columns = list(dict.fromkeys(k for r in rows for k in r))
-    print(format_table(rows, columns))
+    print(format_table(rows, list(dict.fromkeys(k for r in rows for k in r))))
     if args.record:
-        command = "python -m helpers.chapter07 --record" + (" --quick" if args.quick else "")
-        print("wrote", save("ch07_memory", records, command))
+        print("wrote", path)
 
 
 if __name__ == "__main__":

@@ -122,3 +122,16 @@ def test_recorded_peaks_are_predicted_within_ten_percent():
     measured = [r for r in rows if r.get("measured")]
     good = [r for r in measured if abs(r["error_pct"]) <= 10]
     assert len(good) >= 12, [(r["layout"], round(r["error_pct"], 1)) for r in measured]
+
+
+def test_summary_takes_the_rank_that_uses_most_and_keeps_failures():
+    from helpers.chapter07 import table_rows
+
+    layout = layout_named("PP=2 bf16 (1F1B, 4 micro-batches)")
+    ranks = [{"rank": r, "layout": layout.__dict__ | {"shape": layout.shape.__dict__}, "tokens_per_s": 100.0,
+              "measured": {"peak": predict(layout, r)["peak"] * (1.05 if r == 0 else 0.5), "outside_allocator": 1}}
+             for r in (0, 1)]
+    row = summary({"name": layout.name, "ranks": ranks})
+    assert row["rank"] == 0 and abs(row["error_pct"] - 100 * (1 / 1.05 - 1)) < 1e-9
+    failed = table_rows([{"name": "x", "error": "Traceback ...\nRuntimeError: CUDA out of memory"}])[0]
+    assert failed["measured MiB"] == "failed" and "out of memory" in failed["error %"]
