@@ -154,9 +154,18 @@ def predict(layout: TrainLayout, rank: int = 0) -> dict:
         "backward_end": persistent + end,
         "step": persistent + states["step"],
     }
+    peak_phase = max(phases, key=phases.get)
+    breakdown = {"weights": states["weights"], "fp32 master": states["master"], "Adam m, v": states["optimizer"],
+                 "grads, buckets": states["buckets"], "activations": 0.0, "logits, loss": 0.0}
+    if peak_phase in ("forward", "backward_start"):
+        breakdown["activations"] = activations + head
+        breakdown["logits, loss"] = loss["forward" if peak_phase == "forward" else "backward"]
+    else:
+        breakdown["grads, buckets"] += phases[peak_phase] - persistent
     return {"rank": rank, "stage": stage, "params": rank_params(layout, stage), "states": states,
             "persistent": persistent, "activations": activations, "per_layer": per_layer, "head": head,
-            "loss": loss, "phases": phases, "peak": max(phases.values())}
+            "loss": loss, "phases": phases, "peak_phase": peak_phase, "peak": phases[peak_phase],
+            "breakdown": breakdown}
 
 
 def count_saved_bytes(model, batch: dict) -> dict:

@@ -135,3 +135,29 @@ def test_summary_takes_the_rank_that_uses_most_and_keeps_failures():
     assert row["rank"] == 0 and abs(row["error_pct"] - 100 * (1 / 1.05 - 1)) < 1e-9
     failed = table_rows([{"name": "x", "error": "Traceback ...\nRuntimeError: CUDA out of memory"}])[0]
     assert failed["measured MiB"] == "failed" and "out of memory" in failed["error %"]
+
+
+def _fake_record(scale=1.05):
+    """A record shaped like the recorder's, measured = scale × predicted (for the figure code)."""
+    runs = []
+    for i, layout in enumerate(LAYOUTS):
+        ranks = [{"rank": r, "layout": layout.__dict__ | {"shape": layout.shape.__dict__}, "tokens_per_s": 1e4 + i,
+                  "measured": {"peak": predict(layout, r)["peak"] * scale, "outside_allocator": 5 * 2**29}}
+                 for r in range(2)]
+        runs.append({"name": layout.name, "ranks": ranks})
+    runs.append({"name": "broken", "error": "RuntimeError: boom"})
+    return {"provenance": {}, "runs": runs}
+
+
+def test_figures_and_tables_from_a_record():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from helpers.chapter07 import TECHNIQUES, accuracy_figure, technique_figure, technique_rows, worst_error
+
+    record = _fake_record()
+    assert len(accuracy_figure(record).axes[0].collections) == len(LAYOUTS) + 1  # points + the band
+    assert len(technique_figure(record).axes[1].patches) == len(TECHNIQUES)
+    rows = technique_rows(record)
+    assert rows[0]["memory vs DDP fp32"] == "1.00" and len(rows) == len(TECHNIQUES)
+    assert abs(worst_error(record)["error_pct"] - 100 * (1 / 1.05 - 1)) < 1e-6
