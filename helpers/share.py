@@ -11,6 +11,11 @@ run the very same step with its communication switched off:
   the part of it that computation did not hide. This is what the rule needs; the time NCCL
   kernels run (e.g. torch.profiler's kernel time) would also count communication that overlapped.
 
+On GPUs :func:`nccl_kernel_times` also reads the GPU's clock (torch.profiler/CUPTI through
+:class:`helpers.signals.KernelTimer`): the time NCCL kernels run per step and the part of it no
+other kernel overlaps. With overlap the first exceeds the second; the step-time difference above
+is the one the share uses.
+
 Three layouts over the whole world of ranks:
 
 * ``tp``: Megatron tensor parallelism of a Hugging Face Llama (Shoeybi et al. 2019, §3): q/k/v and
@@ -161,3 +166,24 @@ def replicas_agree(model, layout: str) -> bool:
     dist.all_reduce(low, op=dist.ReduceOp.MIN)
     dist.all_reduce(high, op=dist.ReduceOp.MAX)
     return bool(torch.equal(low, high))
+
+
+def nccl_kernel_times(trainer, batches, dev) -> dict:
+    """GPU only: per step, the time NCCL kernels run (busy) and the part no other kernel overlaps
+    (exposed), from torch.profiler/CUPTI (:class:`helpers.signals.KernelTimer`); {} on the CPU."""
+    if dev.type != "cuda" or not batches:
+        return {}
+    from helpers.signals import KernelTimer
+
+    timer = KernelTimer()
+    try:
+        sync(dev)
+        timer.start()
+        for b in batches:
+            trainer.step(b)
+        sync(dev)
+    except Exception as err:  # the timing above stands without it
+        return {"kernel_error": repr(err)[:300]}
+    finally:
+        timer.stop()  # an active CUPTI session crashes interpreter teardown (Chapter 5)
+    return {"nccl_busy_s": timer.busy_s / len(batches), "nccl_exposed_s": timer.wait_s / len(batches)}

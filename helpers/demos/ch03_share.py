@@ -6,6 +6,7 @@ all-reduce of all gradients after backward) or ``ddp`` (DistributedDataParallel,
 all-reduced during backward). Each case times the same steps with communication on and off
 (:mod:`helpers.share`): t_compute = median step time without communication, t_comm = median step
 time with it minus t_compute (the exposed communication), share = t_comm / (t_comm + t_compute).
+On GPUs a few more steps run under torch.profiler to read the NCCL kernels' own time as well.
 
 Checks: the tp model's first loss equals the unsplit model's (asserted in fp32, recorded in bf16),
 and after the timed steps with communication every rank holds the same replicated parameters, bit
@@ -21,7 +22,7 @@ import torch
 
 from helpers.comm import comm_share, ops_bytes_sent, tp_layer_ops
 from helpers.env import distributed, emit, say, sync
-from helpers.share import Trainer, replicas_agree, time_steps
+from helpers.share import Trainer, nccl_kernel_times, replicas_agree, time_steps
 from helpers.tinyllama import build_llama, llama_config, llama_params, shard_batch, token_batch
 
 CPU_CASES = "tp:2,dp:2,dp:8,ddp:8"
@@ -47,7 +48,7 @@ def run_case(layout, global_batch, args, env, dtype):
     n, dev = env.world_size, env.device
     if layout != "tp" and global_batch % n:
         raise ValueError(f"global batch {global_batch} does not split over {n} data-parallel ranks")
-    steps = args.warmup + 4 * args.steps
+    steps = args.warmup + 4 * args.steps + args.profile_steps
     batches = []
     for k in range(steps):
         full = token_batch(k, global_batch, args.seq, config.vocab_size)
@@ -69,7 +70,7 @@ def run_case(layout, global_batch, args, env, dtype):
         trainer.step(b)
     sync(dev)
     rest = batches[args.warmup:]
-    chunks = [rest[i * args.steps:(i + 1) * args.steps] for i in range(4)]
+    chunks = [rest[i * args.steps:(i + 1) * args.steps] for i in range(4)] + [rest[4 * args.steps:]]
     on = time_steps(trainer, chunks[0], True, dev)
     agree = replicas_agree(trainer.model, layout)  # recorded; tests/test_ch03.py asserts it
     if not agree and env.rank == 0:
@@ -77,6 +78,7 @@ def run_case(layout, global_batch, args, env, dtype):
     off = time_steps(trainer, chunks[1], False, dev)
     on += time_steps(trainer, chunks[2], True, dev)
     off += time_steps(trainer, chunks[3], False, dev)
+    kernels = nccl_kernel_times(trainer, chunks[4] if len(chunks) > 4 else [], dev)
     t_step, t_compute = statistics.median(on), statistics.median(off)
     t_comm = max(0.0, t_step - t_compute)
     share, advice = comm_share(t_comm, t_compute)
@@ -97,7 +99,7 @@ def run_case(layout, global_batch, args, env, dtype):
                 params=params, dtype=str(dtype).removeprefix("torch."), comm_ops=ops,
                 comm_bytes=ops_bytes_sent(ops, n) if n > 1 else 0.0, messages=len(ops),
                 model=dict(layers=args.layers, hidden=args.hidden, heads=args.heads, vocab=args.vocab),
-                backend=env.backend)
+                backend=env.backend, **kernels)
 
 
 def main() -> None:
@@ -107,12 +109,14 @@ def main() -> None:
         p.add_argument(f"--{key}", type=int, default=None)
     p.add_argument("--steps", type=int, default=None, help="timed steps per block (4 blocks: on, off, on, off)")
     p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--profile_steps", type=int, default=None, help="GPU: steps profiled for NCCL kernel time (default 3)")
     p.add_argument("--dtype", choices=["fp32", "bf16"], default=None, help="default: bf16 on GPU, fp32 on CPU")
     args = p.parse_args()
     with distributed() as env:
         for key, value in (GPU_MODEL if env.is_gpu else CPU_MODEL).items():
             setattr(args, key, getattr(args, key) or value)
         args.steps = args.steps or (6 if env.is_gpu else 2)
+        args.profile_steps = (3 if env.is_gpu else 0) if args.profile_steps is None else args.profile_steps
         dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[args.dtype or ("bf16" if env.is_gpu else "fp32")]
         if dtype == torch.float32:
             torch.backends.cuda.matmul.allow_tf32 = False
