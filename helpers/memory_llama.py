@@ -187,3 +187,21 @@ def count_saved_bytes(model, batch: dict) -> dict:
         loss = model(**batch).loss
     loss.backward()
     return {"total": sum(seen.values()), "tensors": len(seen)}
+
+
+def tracked_peak(model, batch: dict, optimizer=None) -> dict:
+    """Peak bytes by kind over one forward and backward (and ``optimizer.step()`` if given), on any
+    device, from PyTorch's ``torch.distributed._tools.mem_tracker.MemTracker`` (it follows every
+    tensor's storage): the CPU check of the phase model, where no allocator statistics exist."""
+    from torch.distributed._tools.mem_tracker import MemTracker
+
+    tracker = MemTracker()
+    tracker.track_external(model, *([optimizer] if optimizer is not None else []))
+    with tracker:
+        loss = model(**batch).loss
+        loss.backward()
+        if optimizer is not None:
+            optimizer.step()
+            optimizer.zero_grad()
+    peak = next(iter(tracker.get_tracker_snapshot("peak").values()))
+    return {str(kind).split(".")[-1].lower(): value for kind, value in peak.items()}

@@ -161,3 +161,27 @@ def test_figures_and_tables_from_a_record():
     rows = technique_rows(record)
     assert rows[0]["memory vs DDP fp32"] == "1.00" and len(rows) == len(TECHNIQUES)
     assert abs(worst_error(record)["error_pct"] - 100 * (1 / 1.05 - 1)) < 1e-6
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("recompute", [False, True])
+def test_backward_start_peak_is_activations_plus_twelve_nv(dtype, recompute):
+    """Tracked on the CPU: the peak of forward + backward is the weights, the saved activations and
+    12·N·v bytes of loss gradients (log-softmax output, nll gradient, log-softmax gradient), with no
+    parameter gradient yet; with recomputation only each layer's input stays saved."""
+    from helpers.memory_llama import tracked_peak
+
+    shape = LlamaShape(layers=2, hidden=128, heads=4, kv_heads=4, vocab=4096)
+    b, s, e = 3, 40, E[dtype]
+    model = build_llama(shape.config(), dtype=dtype)
+    if recompute:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model.train()
+    ids = torch.randint(0, shape.vocab, (b, s), generator=torch.Generator().manual_seed(0))
+    peak = tracked_peak(model, {"input_ids": ids, "labels": ids})
+    n = b * s
+    per_layer = e * n * shape.hidden if recompute else layer_activation_bytes(shape, n, s, e)
+    small = 2 * s * (shape.hidden // shape.heads) * e + 8 * n + 8 * n  # RoPE cos/sin, ids, labels
+    expected = shape.layers * per_layer + head_activation_bytes(shape, n, e) + 12 * n * shape.vocab + small
+    assert peak["grad"] == 0
+    assert abs(peak["total"] - peak["param"] - peak.get("buffer", 0) - expected) <= 0.001 * expected
