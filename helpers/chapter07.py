@@ -175,6 +175,60 @@ def technique_figure(record: dict, names: list[str] = TECHNIQUES):
     return fig
 
 
+def predicted_rows(layouts: list[TrainLayout] = LAYOUTS) -> list[dict]:
+    """The model's answer for every layout, on the rank that needs most."""
+    from helpers.memory_llama import predict
+
+    rows = []
+    for layout in layouts:
+        p = max((predict(layout, r) for r in range(layout.world)), key=lambda x: x["peak"])
+        rows.append({"layout": layout.name, "rank": p["rank"], "params/rank (M)": f"{p['params'] / 1e6:.0f}",
+                     "model states GiB": f"{p['persistent'] / GIB:.2f}",
+                     "activations GiB": f"{(p['activations'] + p['head']) / GIB:.2f}",
+                     "peak phase": p["peak_phase"], "peak GiB": f"{p['peak'] / GIB:.2f}"})
+    return rows
+
+
+def activation_rows(shape=None, tokens: int = 4096, seq: int = 1024) -> list[dict]:
+    """Bytes per token and layer of each part, HF Llama against Korthikanti's 34·h (GPT, 16-bit)."""
+    from helpers.memory_layouts import LlamaShape
+    from helpers.memory_llama import layer_activation_parts
+
+    shape = shape or LlamaShape()
+    rows = []
+    for label, e, attn in (("bf16, sdpa", 2, "sdpa"), ("fp32, sdpa", 4, "sdpa"), ("bf16, eager", 2, "eager")):
+        parts = layer_activation_parts(shape, tokens, seq, e, attn=attn)
+        row = {"precision, attention": label}
+        row.update({k: f"{v / tokens / shape.hidden:.1f}·h" for k, v in parts.items()})
+        row["layer total"] = f"{sum(parts.values()) / tokens / shape.hidden:.1f}·h"
+        rows.append(row)
+    a, s, h = shape.heads, seq, shape.hidden
+    rows.append({"precision, attention": "Korthikanti (GPT, 16-bit)",
+                 "layer total": f"34·h flash, {34 + 5 * a * s / h:.0f}·h with 5as/h"})
+    return rows
+
+
+def phase_rows(record: dict, names: list[str]) -> list[dict]:
+    """Measured phase peaks (one step, allocator peak reset between phases) next to the model's."""
+    from helpers.memory_llama import predict
+
+    runs = {r["name"]: r for r in record["runs"] if "ranks" in r}
+    rows = []
+    for name in names:
+        if name not in runs:
+            continue
+        rank = max(runs[name]["ranks"], key=lambda r: r["measured"]["peak"])
+        phases, model = rank["phases"], predict(layout_named(name), rank["rank"])["phases"]
+        pairs = [("forward", "forward"), ("backward", "backward_start"), ("step", "step")]
+        row = {"layout": name, "start GiB (measured)": f"{phases['start']['allocated'] / GIB:.2f}"}
+        for measured_key, model_key in pairs:
+            if measured_key in phases:
+                row[f"{measured_key} GiB"] = f"{phases[measured_key]['peak'] / GIB:.2f}"
+                row[f"{measured_key} model"] = f"{model[model_key] / GIB:.2f}"
+        rows.append(row)
+    return rows
+
+
 def show_recorded() -> str:
     from helpers.results import describe
 

@@ -55,19 +55,27 @@ def rank_params(layout: TrainLayout, stage: int = 0) -> float:
     return total
 
 
-def layer_activation_bytes(shape: LlamaShape, tokens: int, seq: int, e: int, tp: int = 1,
-                           attn: str = "sdpa") -> float:
-    """Bytes autograd saves for one HF Llama decoder layer (module docstring), per rank."""
+def layer_activation_parts(shape: LlamaShape, tokens: int, seq: int, e: int, tp: int = 1,
+                           attn: str = "sdpa") -> dict:
+    """Bytes autograd saves for one HF Llama decoder layer, per rank, by part (module docstring)."""
     n, h, f, a = tokens, shape.hidden, shape.ffn, shape.heads
-    norms = 2 * ((4 + 2 * e) * n * h + 4 * n)
-    qkv = 3 * e * n * h + e * n * h  # q, k, v (repeat_kv expands GQA heads first) and the o_proj input
     if attn == "sdpa":
         core = e * n * h + 4 * n * a  # output and log-sum-exp of the fused kernel
     else:
         copy = e if e != 4 else 0  # softmax(dtype=fp32).to(e-byte dtype): no copy in fp32
         core = (4 + copy) * (tokens // seq) * a * seq * seq  # the fp32 softmax and its e-byte copy
-    mlp = 4 * e * n * f
-    return norms + (qkv + core + mlp) / tp
+    return {
+        "2 RMSNorms": 2 * ((4 + 2 * e) * n * h + 4 * n),  # fp32 input, 1/rms, normalised, weighted
+        "q, k, v, o_proj input": (3 * e * n * h + e * n * h) / tp,  # repeat_kv expands GQA k, v first
+        "attention core": core / tp,
+        "SwiGLU MLP": 4 * e * n * f / tp,  # gate, silu(gate), up, their product
+    }
+
+
+def layer_activation_bytes(shape: LlamaShape, tokens: int, seq: int, e: int, tp: int = 1,
+                           attn: str = "sdpa") -> float:
+    """Bytes autograd saves for one HF Llama decoder layer, per rank: the sum of its parts."""
+    return sum(layer_activation_parts(shape, tokens, seq, e, tp, attn).values())
 
 
 def head_activation_bytes(shape: LlamaShape, tokens: int, e: int) -> float:
