@@ -126,7 +126,8 @@ def train_epoch(model, optimizer, criterion, loader, booster, device) -> tuple[f
     return (total[0] / total[1]).item(), total[1].item() / seconds
 
 
-def main() -> None:
+def parser() -> argparse.ArgumentParser:
+    """The command line (the recorder's tests parse its run lists with it)."""
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("-p", "--plugin", choices=PLUGINS, default="torch_ddp")
     p.add_argument("-r", "--resume", type=int, default=-1, help="epoch to resume from (-1: start afresh)")
@@ -137,7 +138,11 @@ def main() -> None:
     p.add_argument("--epochs", type=int, default=80)
     p.add_argument("--optim", choices=("hybrid_adam", "adam"), default=None,
                    help="default: hybrid_adam on GPUs (the example's), adam on the CPU")
-    args = p.parse_args()
+    return p
+
+
+def main() -> None:
+    args = parser().parse_args()
     with distributed() as env:
         from colossalai.cluster import DistCoordinator
 

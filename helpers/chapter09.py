@@ -1,0 +1,185 @@
+"""Chapter 9's GPU runs: the quick demos under Colossal-AI's plugins, recorded with provenance.
+
+Record on a box with two GPUs (one file per part, results/<hardware>/ch09_<part>.json):
+
+    python -m helpers.chapter09 --record                      # every part
+    python -m helpers.chapter09 --record --parts resnet,moe   # some parts
+    python -m helpers.chapter09 --record --quick              # 1-2 min smoke run -> ch09_quick.json
+
+Parts: ``resnet`` (the ResNet demo under each plugin, on the digits: CIFAR-10 is not on the GPU
+box either, the run says so), ``hybrid`` (HybridParallelPlugin layouts of a 0.54 B Llama: tokens/s,
+MFU, peak memory, loss against a single-GPU reference), ``nan`` (the tp=2 bf16 NaN study on one
+repeated batch), ``moe`` (MoeHybridParallelPlugin, Mixtral, ep=2 and ep=1), ``sp`` (sequence
+length sweep until out of memory: no SP, split_gather, all_to_all; ring_attn attempted).
+Each run has its own torchrun and timeout; a failing run is recorded with its error and the
+recording goes on. Nothing here needs a GPU to import: the tests check the run lists on CPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import time
+
+from helpers.env import RESULT_PREFIX
+from helpers.launch import LaunchError, launch, torchrun_command
+from helpers.results import save
+
+NPROC = 2
+PARTS = ("resnet", "hybrid", "nan", "moe", "sp")
+RESNET_PLUGINS = ("torch_ddp", "torch_ddp_fp16", "low_level_zero", "gemini")
+HYBRID_COMMON = ["--preset", "half", "--batch", "16", "--seq", "1024", "--steps", "10", "--ref_steps", "4",
+                 "--optim", "hybrid_adam"]
+HYBRID_LAYOUTS = {  # name: (GPUs, flags)
+    "1 GPU": (1, []),
+    "dp=2 ZeRO-1": (2, ["--zero", "1"]),
+    "tp=2": (2, ["--tp", "2"]),
+    "pp=2 (1F1B, mbs 4)": (2, ["--pp", "2", "--mbs", "4"]),
+    "tp=2 + split_gather SP": (2, ["--tp", "2", "--sp_mode", "split_gather"]),
+    "sp=2 all_to_all": (2, ["--sp", "2", "--sp_mode", "all_to_all"]),
+}
+NAN_COMMON = ["--preset", "1b", "--batch", "8", "--seq", "1024", "--steps", "20", "--ref_steps", "0",
+              "--optim", "hybrid_adam", "--watch", "--lr", "3e-4"]
+NAN_RUNS = {
+    "tp=2 bf16, one repeated batch": ["--tp", "2", "--repeat"],
+    "tp=2 bf16, repeated, logits gathered (parallel_output=0)": ["--tp", "2", "--repeat", "--parallel_output", "0"],
+    "dp=2 bf16, one repeated batch": ["--repeat"],
+    "tp=2 bf16, fresh batches": ["--tp", "2"],
+}
+MOE_RUNS = {"Mixtral ep=2 (zero 1)": ["--ep", "2"], "Mixtral ep=1, experts replicated (zero 1)": ["--ep", "1"]}
+SP_RUNS = {
+    "tp=2, no SP": ["--tp", "2"],
+    "tp=2 + split_gather (Megatron SP)": ["--tp", "2", "--sp_mode", "split_gather"],
+    "sp=2 all_to_all (Ulysses)": ["--sp", "2", "--sp_mode", "all_to_all"],
+    "sp=2 ring_attn (needs flash-attn)": ["--sp", "2", "--sp_mode", "ring_attn", "--seqs", "2048"],
+}
+
+
+def run_list(part: str, quick: bool = False) -> list[tuple[str, str, int, list[str], float]]:
+    """(name, demo, GPUs, args, timeout_s) of every run of a part; quick = smaller, fewer runs."""
+    if part == "resnet":
+        epochs = ["--epochs", "3" if quick else "30"]
+        common = ["--data", "digits", "--interval", "0", *epochs]
+        runs = [("1 GPU, torch_ddp (baseline)", "ch09_resnet_train", 1, common + ["-p", "torch_ddp"], 400.0)]
+        runs += [(f"2 GPUs, {p}", "ch09_resnet_train", 2, common + ["-p", p], 240.0) for p in RESNET_PLUGINS]
+        return runs[1:2] if quick else runs
+    if part == "hybrid":
+        if quick:
+            return [("tp=2 (tiny)", "ch09_hybrid", 2, ["--tp", "2", "--preset", "tiny", "--seq", "256", "--steps", "6"], 240.0)]
+        return [(n, "ch09_hybrid", g, HYBRID_COMMON + a, 300.0) for n, (g, a) in HYBRID_LAYOUTS.items()]
+    if part == "nan":
+        if quick:
+            return [("tp=2 bf16, repeated (tiny)", "ch09_hybrid", 2, ["--tp", "2", "--repeat", "--watch", "--preset", "tiny",
+                                                                    "--seq", "256", "--steps", "6", "--ref_steps", "0"], 240.0)]
+        return [(n, "ch09_hybrid", 2, NAN_COMMON + a, 300.0) for n, a in NAN_RUNS.items()]
+    if part == "moe":
+        if quick:
+            return [("Mixtral ep=2 (small)", "ch09_mixtral", 2, ["--ep", "2", "--layers", "2", "--hidden", "256",
+                                                                 "--seq", "256", "--steps", "4", "--ref_steps", "2"], 240.0)]
+        return [(n, "ch09_mixtral", 2, a, 300.0) for n, a in MOE_RUNS.items()]
+    if part == "sp":
+        if quick:
+            return [("sp=2 all_to_all (tiny)", "ch09_sp_sweep", 2, ["--sp", "2", "--sp_mode", "all_to_all", "--preset", "tiny",
+                                                                    "--seqs", "512,1024"], 240.0)]
+        return [(n, "ch09_sp_sweep", 2, a, 420.0) for n, a in SP_RUNS.items()]
+    raise ValueError(f"unknown part {part!r}: one of {PARTS}")
+
+
+def results_in(lines: dict[int, list[str]]) -> list[dict]:
+    """RESULT lines a failed launch had printed before it failed (rank order)."""
+    found = []
+    for rank in sorted(r for r in lines if r >= 0):
+        found += [json.loads(t[len(RESULT_PREFIX):]) for t in lines[rank] if t.startswith(RESULT_PREFIX)]
+    return found
+
+
+def run_one(name: str, demo: str, gpus: int, args: list[str], timeout_s: float, show: str = "none") -> dict:
+    """Launch one run; a failure becomes a record with its error text instead of an exception."""
+    record = {"name": name, "demo": demo, "gpus": gpus, "args": args,
+              "command": shlex.join(torchrun_command(demo, gpus, args))}
+    start = time.monotonic()
+    try:
+        result = launch(demo, gpus, args, timeout_s=timeout_s, show=show)
+        record.update(ok=True, results=result.results)
+    except LaunchError as e:
+        record.update(ok=False, error=str(e)[-3000:], results=results_in(e.lines))
+    record["seconds"] = round(time.monotonic() - start, 1)
+    return record
+
+
+def cifar10_present() -> bool:
+    """Whether CIFAR-10 is under $DATA on this machine (it is not on the book's GPU box)."""
+    from helpers.imagedata import CIFAR_FOLDER, CIFAR_TEST, data_root
+
+    return (data_root() / CIFAR_FOLDER / CIFAR_TEST[0]).exists()
+
+
+def digits_missing() -> str | None:
+    """None when the digits can be read here, else why not (scikit-learn or $DATA/digits.csv.gz)."""
+    from helpers.imagedata import digits_csv
+
+    try:
+        digits_csv()
+    except FileNotFoundError as e:
+        return str(e)
+    return None
+
+
+def record(parts: list[str], quick: bool, budget_s: float, save_results: bool, show: str = "none") -> dict[str, list]:
+    start = time.monotonic()
+    command = "python -m helpers.chapter09 --record" + (" --quick" if quick else "") + f" --parts {','.join(parts)}"
+    recorded: dict[str, list] = {}
+    for part in parts:
+        runs = []
+        missing = None
+        if part == "resnet":
+            present = cifar10_present()
+            print(f"[ch09] CIFAR-10 under $DATA: {'present' if present else 'absent'}; the ResNet runs use the digits",
+                  flush=True)
+            missing = digits_missing()
+        for name, demo, gpus, args, timeout_s in run_list(part, quick):
+            left = budget_s - (time.monotonic() - start)
+            if missing:
+                runs.append({"name": name, "demo": demo, "gpus": gpus, "args": args, "ok": False, "error": missing,
+                             "results": []})
+                print(f"[ch09] {part}: {name}: not run: {missing}", flush=True)
+                continue
+            if left < 30:
+                runs.append({"name": name, "demo": demo, "gpus": gpus, "args": args, "ok": False,
+                             "error": f"skipped: the recording's budget of {budget_s:g} s was spent", "results": []})
+                print(f"[ch09] {part}: {name}: skipped (budget)", flush=True)
+                continue
+            print(f"[ch09] {part}: {name} on {gpus} GPU(s) ...", flush=True)
+            run = run_one(name, demo, gpus, args, min(timeout_s, left), show)
+            if part == "resnet":
+                run["cifar10_present"] = present
+            status = "ok" if run["ok"] else "FAILED: " + run["error"].strip().splitlines()[-1][:200]
+            print(f"[ch09] {part}: {name}: {status} ({run['seconds']} s)", flush=True)
+            runs.append(run)
+        recorded[part] = runs
+        if save_results and not quick:
+            print("[ch09] wrote", save(f"ch09_{part}", runs, command), flush=True)
+    if save_results and quick:
+        print("[ch09] wrote", save("ch09_quick", [r for p in parts for r in recorded[p]], command), flush=True)
+    print(f"[ch09] done in {time.monotonic() - start:.0f} s", flush=True)
+    return recorded
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--record", action="store_true", help="write results/<hardware>/ch09_<part>.json")
+    parser.add_argument("--quick", action="store_true", help="one small run per part (ch09_quick.json)")
+    parser.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated subset of {PARTS}")
+    parser.add_argument("--budget_s", type=float, default=540, help="skip the runs that would start after this")
+    parser.add_argument("--show", choices=("none", "rank0", "all"), default="none", help="stream the ranks' output")
+    args = parser.parse_args()
+    parts = [p for p in args.parts.split(",") if p]
+    for p in parts:
+        if p not in PARTS:
+            parser.error(f"unknown part {p!r}: one of {PARTS}")
+    record(parts, args.quick, args.budget_s, args.record, args.show)
+
+
+if __name__ == "__main__":
+    main()

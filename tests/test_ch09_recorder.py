@@ -1,0 +1,79 @@
+"""Chapter 9's GPU recorder, checked on CPU: its run lists, the MFU formula, failure records."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+
+from helpers import chapter09
+from helpers.demos.ch09_hybrid import PEAK_FLOPS, PRESETS, flops_per_token, mfu
+from helpers.env import RESULT_PREFIX, gpu_count
+from helpers.tinyllama import llama_config, llama_params
+
+
+@pytest.mark.parametrize("quick", [False, True])
+def test_every_run_parses_with_its_demo(quick):
+    for part in chapter09.PARTS:
+        runs = chapter09.run_list(part, quick)
+        assert runs and (len(runs) == 1 if quick else True)
+        for name, demo, gpus, args, timeout_s in runs:
+            parser = importlib.import_module(f"helpers.demos.{demo}").parser()
+            parser.parse_args(args)  # argparse exits on a bad flag
+            assert gpus in (1, 2) and 60 <= timeout_s <= 600
+
+
+def test_the_full_recording_covers_the_issue():
+    resnet = [a for _, _, _, a, _ in chapter09.run_list("resnet")]
+    assert sorted(a[a.index("-p") + 1] for a in resnet[1:]) == sorted(chapter09.RESNET_PLUGINS)
+    hybrid = " ".join(" ".join(a) for _, _, _, a, _ in chapter09.run_list("hybrid"))
+    for flag in ("--tp 2", "--pp 2", "--mbs", "--sp 2", "--sp_mode all_to_all", "--sp_mode split_gather", "--zero 1"):
+        assert flag in hybrid
+    nan = [a for _, _, _, a, _ in chapter09.run_list("nan")]
+    assert any("--repeat" in a and "--tp" in a for a in nan) and any("--repeat" not in a for a in nan)
+    sp_modes = [a[a.index("--sp_mode") + 1] if "--sp_mode" in a else None for _, _, _, a, _ in chapter09.run_list("sp")]
+    assert sp_modes == [None, "split_gather", "all_to_all", "ring_attn"]
+    assert [a[a.index("--ep") + 1] for _, _, _, a, _ in chapter09.run_list("moe")] == ["2", "1"]
+
+
+def test_mfu_definition():
+    config = llama_config(**PRESETS["tiny"], max_seq=256)
+    n = llama_params(config) - config.vocab_size * config.hidden_size  # the input embedding does no matmul
+    assert flops_per_token(config, 256) == 6 * n + 12 * 4 * 256 * 256
+    assert mfu(config, 256, 1e6, 2) == pytest.approx(flops_per_token(config, 256) * 1e6 / (2 * PEAK_FLOPS))
+    big = llama_config(**PRESETS["1b"], max_seq=1024)
+    assert llama_params(big) == pytest.approx(0.94e9, rel=0.01)  # known-facts' 0.95 B Llama
+
+
+def test_results_of_a_failed_launch_are_kept():
+    lines = {-1: ["torchrun says"], 1: [RESULT_PREFIX + '{"rank": 1, "seq": 4}'],
+             0: ["x", RESULT_PREFIX + '{"rank": 0, "seq": 2}', RESULT_PREFIX + '{"rank": 0, "seq": 4}']}
+    assert [(r["rank"], r["seq"]) for r in chapter09.results_in(lines)] == [(0, 2), (0, 4), (1, 4)]
+
+
+@pytest.mark.skipif(gpu_count() >= 2, reason="checks the CPU refusal")
+def test_a_failing_run_is_recorded_not_raised():
+    run = chapter09.run_one("tp=2", "ch09_hybrid", 2, ["--tp", "2", "--preset", "tiny"], 120)
+    assert run["ok"] is False and "needs one CUDA GPU" in run["error"] and run["results"] == []
+    assert "helpers.demos.ch09_hybrid" in run["command"]
+
+
+def test_digits_and_cifar_checks():
+    assert chapter09.digits_missing() is None  # scikit-learn is installed here
+    assert chapter09.cifar10_present() in (True, False)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(gpu_count() < 2, reason="needs at least two CUDA GPUs")
+def test_quick_recording_runs_on_gpus():
+    recorded = chapter09.record(list(chapter09.PARTS), quick=True, budget_s=600, save_results=False)
+    failed = [(r["name"], r["error"][-300:]) for runs in recorded.values() for r in runs if not r["ok"]]
+    assert not failed, failed
+
+
+def test_out_of_memory_is_recognised():
+    from helpers.demos.ch09_sp_sweep import out_of_memory
+
+    assert out_of_memory(RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB"))
+    assert out_of_memory(RuntimeError("CUBLAS_STATUS_ALLOC_FAILED when calling cublasCreate(handle)"))
+    assert not out_of_memory(RuntimeError("NCCL error"))
