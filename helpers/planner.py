@@ -16,7 +16,9 @@ time estimate built from the book's models, each with its source:
   Colossal-AI's mesh (dp, pp, tp, sp), last axis fastest, so sp and tp groups are the innermost.
   TP: Megatron's 4 all-reduces of b·s·h per layer per micro-batch; Ulysses: 8 all-to-alls; pipeline
   sends one activation each way per micro-batch; data parallel: one all-reduce of the gradients
-  per step (ZeRO §7: 2Ψ for stages 0-2), overlapped with the last micro-batch's backward;
+  per step (ZeRO §7: 2Ψ for stages 0-2), overlapped with the last micro-batch's backward; ZeRO-2
+  cannot accumulate sharded gradients locally, so it reduce-scatters after every micro-batch's
+  backward (overlapped with it) and all-gathers the updated parameters once per step;
 * pipeline: 1F1B runs (m + p - 1) micro-batch slots, the bubble (p-1)/(m+p-1)
   (:func:`helpers.pipeline.bubble_fraction`).
 
@@ -132,8 +134,12 @@ def plan_layout(model: Model, layout: Layout, global_batch: int, hw: Hardware, r
     group = L.dp * a2a  # Colossal-AI reduces gradients over dp × sp
     grads = model.params / (L.tp * L.pp) * 2  # bf16 gradients of one model shard
     dp_link = hw.intra if G <= hw.gpus_per_node else hw.inter
-    dp_time = collective_time("all_reduce", grads, group, dp_link)
-    dp_exposed = max(0.0, dp_time - 2 / 3 * per_mb)  # overlapped with the last micro-batch's backward
+    window = 2 / 3 * per_mb  # a micro-batch's backward, which bucketed communication overlaps
+    if L.zero_stage == 2:  # sharded gradients cannot accumulate locally: reduce-scatter every micro-batch
+        rs = collective_time("reduce_scatter", grads, group, dp_link)
+        dp_exposed = m * max(0.0, rs - window) + collective_time("all_gather", grads, group, dp_link)
+    else:  # gradients accumulate locally (no_sync) and are all-reduced once, during the last backward
+        dp_exposed = max(0.0, collective_time("all_reduce", grads, group, dp_link) - window)
     step = m * slot + bubble + dp_exposed
     tiers = {"tp": tp_link.name.split(",")[0], "dp": dp_link.name.split(",")[0], "pp": pp_link.name.split(",")[0]}
     return Plan(L, m, recompute, mem.total / GIB, compute, m * tp_mb, m * sp_mb, m * pp_mb, bubble, dp_exposed,
