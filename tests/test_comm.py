@@ -132,3 +132,14 @@ def test_benchmark_two_ranks():
     assert rows[("all_reduce", 1024)]["factor"] == 1.0 and rows[("all_to_all_single", 1024)]["factor"] == 0.5
     table = "\n".join(run.lines[0])
     assert "busbw GB/s" in table and "fit all_reduce" in table
+
+
+def test_ring_steps_latency_per_step():
+    """Thakur et al.: ring all-reduce takes 2(n-1) steps, the others n-1; per_step charges α per step."""
+    from helpers.comm import ring_steps
+
+    assert [ring_steps(c, 8) for c in COLLECTIVES] == [14, 7, 7, 7]
+    link = Link("x", 100e9, 2e-6)
+    assert collective_time("all_reduce", 0, 2, link, per_step=True) == pytest.approx(4e-6)
+    assert collective_time("all_gather", 0, 2, link, per_step=True) == pytest.approx(2e-6)
+    assert collective_time("all_gather", GB, 2, link) == pytest.approx(2e-6 + 0.5 * GB / 100e9)
