@@ -29,11 +29,15 @@ counted from the code that allocates it (transformers 4.51 Llama, Colossal-AI 0.
 
 from __future__ import annotations
 
+from functools import lru_cache
+
+import numpy as np
+
 from helpers.memory_layouts import LlamaShape, TrainLayout
 
 BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
-GEMINI_CHUNK = 32 * 2**20  # GeminiPlugin min_chunk_size_m=32: chunks of at least 32 Mi elements
-GEMINI_GATHERED_CHUNKS = 2  # the chunk in use and the next one, gathered in full while computing
+GEMINI_MIN_CHUNK = 32 * 2**20  # GeminiPlugin min_chunk_size_m=32 and search_range_m=32 (elements)
+GEMINI_SEARCH_INTERVAL = 1024  # colossalai.zero.gemini.chunk.utils: hidden_dim=None -> 1024
 
 
 def layer_params(shape: LlamaShape) -> tuple[int, int]:
@@ -98,6 +102,38 @@ def loss_bytes(layout: TrainLayout, tokens: int, e: int) -> dict:
     return {"kept": 4 * nv, "forward": e * nv + upcast + 4 * nv, "backward": 12 * nv}
 
 
+def parameter_sizes(shape: LlamaShape) -> list[int]:
+    """Element counts of the Llama's parameters in ``model.parameters()`` order."""
+    h, f, kv = shape.hidden, shape.ffn, shape.hidden * shape.kv_heads // shape.heads
+    layer = [h * h, kv * h, kv * h, h * h, f * h, f * h, h * f, h, h]  # q k v o, gate up down, 2 norms
+    return [shape.vocab * h] + layer * shape.layers + [h, shape.vocab * h]
+
+
+@lru_cache(maxsize=None)
+def gemini_chunks(shape: LlamaShape, dp: int) -> tuple[int, int]:
+    """(chunk size, number of chunks) Gemini builds for the Llama: Colossal-AI 0.5.0's
+    ``search_chunk_configuration`` (parameters above mean + 3σ left out of the search, chunk sizes from
+    32 Mi elements in steps of 1024 over 32 Mi, the least unused space wins) followed by the
+    ``ChunkManager``'s packing in parameter order (a parameter that does not fit opens a new chunk)."""
+    sizes = np.array(parameter_sizes(shape))
+    searched = sizes[sizes <= sizes.mean() + 3 * sizes.std()]
+    start = int(np.ceil(max(GEMINI_MIN_CHUNK, searched.max()) / GEMINI_SEARCH_INTERVAL) * GEMINI_SEARCH_INTERVAL)
+    candidates = np.arange(start, start + GEMINI_MIN_CHUNK + 1, GEMINI_SEARCH_INTERVAL, dtype=np.int64)
+    acc, left = np.zeros_like(candidates), np.zeros_like(candidates)
+    for size in searched:  # search_utils._get_unused_byte, for every candidate at once
+        new = size > left
+        acc = np.where(new, acc + left, acc)
+        left = np.where(new, candidates, left) - size
+    chunk = int(candidates[np.argmin(left + acc)])
+    chunk += -chunk % dp
+    count, room = 0, 0
+    for size in sizes:
+        if size > room:
+            count, room = count + 1, max(chunk, size + (-size % dp))
+        room -= size
+    return chunk, count
+
+
 def model_states(layout: TrainLayout, stage: int = 0) -> dict:
     """Persistent bytes on the GPU at the start of a step (after warm-up), by component; ``grads``:
     gradient bytes at the end of backward; ``step``: non-persistent bytes during the optimizer step
@@ -125,12 +161,15 @@ def model_states(layout: TrainLayout, stage: int = 0) -> dict:
         if layout.offload:  # masters and Adam on the CPU; the fp32 copies go there one by one
             out["master"] = out["optimizer"] = 0.0
             out["step"] = out["grads"]
-    elif plugin == "gemini":  # chunks: bf16 weights sharded, grads written back into them
-        shard = 1.0 / n
-        out["weights"] = w * psi * shard + GEMINI_GATHERED_CHUNKS * GEMINI_CHUNK * w
-        out["grads"] = out["step"] = 0.0
-        out["master"] = 4 * psi * shard
-        out["optimizer"] = 8 * psi * shard
+    elif plugin == "gemini":  # chunks: bf16 and fp32 chunk shards, Adam on the shards' real elements
+        chunk, count = gemini_chunks(layout.shape, n)
+        padded = chunk * count  # no chunk is trimmed when it is closed
+        # at the peak the lm_head's chunk is still gathered: the loss touches no parameter, so no
+        # pre-op hook has released it (static placement releases chunks only at the next op)
+        out["weights"] = w * padded / n + w * chunk * (1 - 1 / n)
+        out["grads"] = out["step"] = 0.0  # gradients are copied into the bf16 chunk (reuse_fp16_chunk)
+        out["master"] = 4 * padded / n
+        out["optimizer"] = 8 * psi / n
         if layout.offload or layout.placement == "auto":  # auto with gpu_margin_mem_ratio=0: states on CPU
             out["master"] = out["optimizer"] = 0.0
     return out

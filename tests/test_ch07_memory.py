@@ -185,3 +185,27 @@ def test_backward_start_peak_is_activations_plus_twelve_nv(dtype, recompute):
     expected = shape.layers * per_layer + head_activation_bytes(shape, n, e) + 12 * n * shape.vocab + small
     assert peak["grad"] == 0
     assert abs(peak["total"] - peak["param"] - peak.get("buffer", 0) - expected) <= 0.001 * expected
+
+
+def test_gemini_chunk_search_matches_colossalai():
+    """The model's chunk size is the one Colossal-AI's own search picks (a world of one, gloo)."""
+    import os
+
+    import torch.distributed as dist
+    from colossalai.zero.gemini.chunk.search_utils import search_chunk_configuration
+
+    from helpers.memory_llama import gemini_chunks, parameter_sizes
+
+    shape = LlamaShape()
+    with torch.device("meta"):
+        model = build_llama(shape.config())
+    assert [p.numel() for p in model.parameters()] == parameter_sizes(shape)
+    if not dist.is_initialized():
+        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+        os.environ.setdefault("MASTER_PORT", "29531")
+        dist.init_process_group("gloo", rank=0, world_size=1)
+    try:
+        config, _, _ = search_chunk_configuration(model, search_range_m=32, search_interval=1024, min_chunk_size_m=32)
+    finally:
+        dist.destroy_process_group()
+    assert gemini_chunks(shape, 1)[0] == config[1]["chunk_size"]
