@@ -1,0 +1,64 @@
+"""Chapter 9's display helpers on records shaped like the demos' RESULT lines, and the legacy launcher."""
+
+from __future__ import annotations
+
+from helpers import chapter09_show as show
+
+HYBRID = {"name": "tp=2", "ok": True, "results": [
+    {"rank": 0, "gpus": 2, "tokens_per_s": 123456, "mfu": 0.3012, "peak_mib": 40960.0,
+     "losses": [10.5, 9.0, 8.0], "reference": [10.5, 9.01], "max_diff": 0.01, "watch": []},
+    {"rank": 1, "gpus": 2, "tokens_per_s": 123456, "mfu": 0.3012, "peak_mib": 40000.0}]}
+FAILED = {"name": "gemini", "ok": False, "error": "Traceback ...\nRuntimeError: no\n", "results": []}
+
+
+def test_hybrid_and_failed_rows():
+    rows = show.hybrid_rows([HYBRID, FAILED])
+    assert rows[0]["MFU"] == "30.1 %" and rows[0]["peak GiB"] == "40.0" and rows[0]["tokens/s"] == "123,456"
+    assert rows[0]["loss first→last"] == "10.500→8.000"
+    assert rows[1]["tokens/s"] == "failed: RuntimeError: no"
+
+
+def test_nan_rows_find_the_first_bad_step():
+    nan = float("nan")
+    watch = [{"step": k, "loss": x, "logits_finite": True, "grad_norm": 1.0, "logit_absmax": 30.0 + k,
+              "nonfinite_grads": ["w"] if k == 3 else []} for k, x in enumerate([5.0, 1.0, 0.1, nan])]
+    run = {"name": "tp=2 repeated", "ok": True, "results": [{"losses": [5.0, 1.0, 0.1, nan], "watch": watch}]}
+    row = show.nan_rows([run])[0]
+    assert row["first non-finite step"] == 3 and row["non-finite gradients"] == "w" and row["max |logit|"] == "33"
+
+
+def test_sp_rows_and_figure():
+    points = [{"seq": 2048, "oom": False, "peak_mib": 1024.0, "tokens_per_s": 100},
+              {"seq": 4096, "oom": False, "peak_mib": 4096.0, "tokens_per_s": 90},
+              {"seq": 8192, "oom": True, "peak_mib": 9e4}]
+    runs = [{"name": "tp=2", "ok": True, "results": points}, {"name": "ring", **FAILED}]
+    rows = show.sp_rows(runs)
+    assert rows[0]["longest sequence that ran"] == "4,096" and rows[0]["out of memory at"] == "8,192"
+    assert rows[0]["tokens/s at the longest"] == "90" and rows[1]["out of memory at"].startswith("failed")
+    show.sp_figure(runs)
+
+
+def test_resnet_and_moe_rows():
+    resnet = {"name": "2 GPUs, torch_ddp", "ok": True, "results": [
+        {"accuracy": 0.9554, "data": "digits", "epochs": 30, "images_per_s": 5000, "peak_mib": 30.0,
+         "sync_batchnorm": True}]}
+    assert show.resnet_rows([resnet])[0]["test accuracy"] == "95.54 %"
+    moe = {"name": "ep=2", "ok": True, "results": [
+        {"ep": 2, "moe_dp": 1, "zero": 1, "local_expert_params": 2e8, "expert_params": 4e8, "tokens_per_s": 1000,
+         "peak_mib": 2048, "losses": [10.4, 9.0], "max_diff": 0.02}]}
+    assert show.moe_rows([moe])[0]["expert params held / total"] == "200 M / 400 M"
+
+
+def test_moe_load_figure():
+    results = [{"rank": r, "experts": 4, "capacity": 16, "routed": [10, 20, 15, 19], "local_experts": [2 * r, 2 * r + 1]}
+               for r in range(2)]
+    show.moe_load_figure(results)
+
+
+def test_legacy_launcher_rejects_ipv4_and_accepts_ipv6():
+    assert show.legacy_launch("127.0.0.1") == "ValueError: An IPv4 address cannot be in brackets"
+    assert show.legacy_launch("::1") == "initialised"
+
+
+def test_unrecorded_part_says_how_to_record():
+    assert "python -m helpers.chapter09 --record --parts nothing" in show.provenance("nothing")
