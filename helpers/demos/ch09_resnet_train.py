@@ -128,14 +128,15 @@ def train_epoch(model, optimizer, criterion, loader, booster, device) -> tuple[f
 
 def parser() -> argparse.ArgumentParser:
     """The command line (the recorder's tests parse its run lists with it)."""
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m helpers.demos.ch09_resnet_train", description=__doc__.split("\n")[0])
     p.add_argument("-p", "--plugin", choices=PLUGINS, default="torch_ddp")
     p.add_argument("-r", "--resume", type=int, default=-1, help="epoch to resume from (-1: start afresh)")
     p.add_argument("-c", "--checkpoint", default="./checkpoint", help="checkpoint folder")
     p.add_argument("-i", "--interval", type=int, default=5, help="save every N epochs (0: never)")
     p.add_argument("--target_acc", type=float, default=None, help="fail if the final test accuracy is lower")
-    p.add_argument("--data", choices=("digits", "cifar10"), default="cifar10")
-    p.add_argument("--epochs", type=int, default=80)
+    p.add_argument("--data", choices=("digits", "cifar10"), default="cifar10",
+                   help="cifar10 from $DATA (the example's), or scikit-learn's handwritten digits")
+    p.add_argument("--epochs", type=int, default=80, help="the example's NUM_EPOCHS")
     p.add_argument("--optim", choices=("hybrid_adam", "adam"), default=None,
                    help="default: hybrid_adam on GPUs (the example's), adam on the CPU")
     return p

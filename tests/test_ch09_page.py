@@ -1,0 +1,50 @@
+"""Chapter 9's page: every number it quotes, recomputed from the book's own code."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from helpers.demos.ch09_hybrid import PEAK_FLOPS, PRESETS, flops_per_token
+from helpers.moe import expert_capacity
+from helpers.resnet import count_parameters, resnet18
+from helpers.tinyllama import llama_config, llama_params
+
+PAGE = (Path(__file__).resolve().parent.parent / "book" / "09_quick_demos.md").read_text()
+
+
+def test_page_is_complete():
+    assert "This chapter is an outline" not in PAGE
+    for key in ("ch09-resnet-cpu", "ch09-fig-moe-load"):
+        assert f"```{{glue}} {key}" in PAGE
+
+
+def test_resnet_and_mfu_numbers():
+    assert count_parameters(resnet18(10)) == 11_181_642 and "11,181,642" in PAGE
+    config = llama_config(**PRESETS["half"], max_seq=1024)
+    n = llama_params(config) - config.vocab_size * config.hidden_size
+    assert round(n / 1e9, 3) == 0.470 and round(flops_per_token(config, 1024) / 1e9, 2) == 3.02
+    assert round(2 * PEAK_FLOPS / flops_per_token(config, 1024), -2) == 654_600
+    assert round(llama_params(config) / 1e9, 2) == 0.54
+
+
+def test_exercise_answers():
+    assert (8 * 100, 8 * 1e-3, 50_000 // 800) == (800, 0.008, 62)  # exercise 1
+    assert expert_capacity(4096, 8, 2, 1.25) == 1280 and 1600 - 1280 == 320  # exercise 2
+    config = llama_config(**PRESETS["half"], max_seq=1024)
+    f = flops_per_token(config, 1024)
+    assert round(100 * f * 1e5 / (2 * PEAK_FLOPS), 1) == 15.3  # exercise 3
+    embedding = config.vocab_size * config.hidden_size
+    assert round(embedding / 1e6, 1) == 65.5
+    assert round(100 * (f + 6 * embedding) * 1e5 / (2 * PEAK_FLOPS), 1) == 17.3
+    assert [s for s in (1, 2, 3, 4, 8) if 16 % (2 * s) == 0 and 8 % (2 * s) == 0] == [1, 2, 4]  # exercise 4
+    expert = 3 * 1024 * 2048  # exercise 5
+    assert round(expert / 1e6, 2) == 6.29 and round(64 * expert / 1e6) == 403 and round(32 * expert / 1e6) == 201
+    assert math.ceil(359 / 2) * 2 == 360  # exercise 6
+
+
+@pytest.mark.parametrize("quote", ["85.85 %", "84.91 %", "85.46 %", "84.50 %", "84.60 %"])
+def test_seed_table_quoted(quote):
+    assert quote in PAGE
