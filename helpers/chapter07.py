@@ -219,12 +219,15 @@ def phase_rows(record: dict, names: list[str]) -> list[dict]:
             continue
         rank = max(runs[name]["ranks"], key=lambda r: r["measured"]["peak"])
         phases, model = rank["phases"], predict(layout_named(name), rank["rank"])["phases"]
-        pairs = [("forward", "forward"), ("backward", "backward_start"), ("step", "step")]
-        row = {"layout": name, "start GiB (measured)": f"{phases['start']['allocated'] / GIB:.2f}"}
-        for measured_key, model_key in pairs:
-            if measured_key in phases:
-                row[f"{measured_key} GiB"] = f"{phases[measured_key]['peak'] / GIB:.2f}"
-                row[f"{measured_key} model"] = f"{model[model_key] / GIB:.2f}"
+        model["forward_backward"] = max(model["forward"], model["backward_start"], model["backward_end"])
+        model["backward"] = max(model["backward_start"], model["backward_end"])
+        row = {"layout": name, "rank": rank["rank"],
+               "start GiB": f"{phases['start']['allocated'] / GIB:.2f}",
+               "start model": f"{predict(layout_named(name), rank['rank'])['persistent'] / GIB:.2f}"}
+        for key in ("forward", "backward", "forward_backward", "step"):
+            if key in phases:
+                row[f"{key} GiB"] = f"{phases[key]['peak'] / GIB:.2f}"
+                row[f"{key} model"] = f"{model[key] / GIB:.2f}"
         rows.append(row)
     return rows
 

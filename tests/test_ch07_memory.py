@@ -141,9 +141,15 @@ def _fake_record(scale=1.05):
     """A record shaped like the recorder's, measured = scale × predicted (for the figure code)."""
     runs = []
     for i, layout in enumerate(LAYOUTS):
-        ranks = [{"rank": r, "layout": layout.__dict__ | {"shape": layout.shape.__dict__}, "tokens_per_s": 1e4 + i,
-                  "measured": {"peak": predict(layout, r)["peak"] * scale, "outside_allocator": 5 * 2**29}}
-                 for r in range(2)]
+        ranks = []
+        for r in range(2):
+            p = predict(layout, r)
+            keys = ["forward_backward", "step"] if layout.pp > 1 else ["forward", "backward", "step"]
+            phases = {"start": {"peak": p["persistent"], "allocated": p["persistent"]},
+                      **{k: {"peak": p["peak"] * scale, "allocated": p["persistent"]} for k in keys}}
+            ranks.append({"rank": r, "layout": layout.__dict__ | {"shape": layout.shape.__dict__},
+                          "tokens_per_s": 1e4 + i, "phases": phases,
+                          "measured": {"peak": p["peak"] * scale, "outside_allocator": 5 * 2**29}})
         runs.append({"name": layout.name, "ranks": ranks})
     runs.append({"name": "broken", "error": "RuntimeError: boom"})
     return {"provenance": {}, "runs": runs}
@@ -161,6 +167,10 @@ def test_figures_and_tables_from_a_record():
     rows = technique_rows(record)
     assert rows[0]["memory vs DDP fp32"] == "1.00" and len(rows) == len(TECHNIQUES)
     assert abs(worst_error(record)["error_pct"] - 100 * (1 / 1.05 - 1)) < 1e-6
+    from helpers.chapter07 import phase_rows
+
+    rows = phase_rows(record, [x.name for x in LAYOUTS])
+    assert len(rows) == len(LAYOUTS) and "forward_backward GiB" in rows[-1] and "backward GiB" in rows[0]
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
