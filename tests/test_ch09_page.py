@@ -48,3 +48,14 @@ def test_exercise_answers():
 @pytest.mark.parametrize("quote", ["85.85 %", "84.91 %", "85.46 %", "84.50 %", "84.60 %"])
 def test_seed_table_quoted(quote):
     assert quote in PAGE
+
+
+def test_cpu_accuracies_quoted_are_the_notebooks():
+    import json
+
+    nb = json.loads((Path(__file__).resolve().parent.parent / "notebooks" / "09_quick_demos.ipynb").read_text())
+    tables = [o["data"]["text/html"] for c in nb["cells"] if c["cell_type"] == "code" and "ch09-resnet-cpu" in "".join(c["source"])
+              for o in c["outputs"] if "data" in o and "text/html" in o["data"]]
+    html = "".join(tables[0]) if isinstance(tables[0], list) else tables[0]
+    for accuracy in ("93.59 %", "95.54 %"):
+        assert accuracy in html and accuracy in PAGE
