@@ -75,9 +75,10 @@ def optimizer_census(opt, model) -> dict:
     manager = getattr(model, "chunk_manager", None)  # GeminiDDP is the boosted model itself
     if manager is not None:  # Gemini: chunk sizes as its search chose them (informational)
         chunks = [c for group in manager.chunk_groups.values() for c in group]
-        census["chunks"] = {"sizes": [c.chunk_size for c in chunks], "used": [c.utilized_size for c in chunks],
+        # int(): the chunk search computes sizes with numpy, and json cannot write numpy integers
+        census["chunks"] = {"sizes": [int(c.chunk_size) for c in chunks], "used": [int(c.utilized_size) for c in chunks],
                             "keep_gathered": [bool(c.keep_gathered) for c in chunks],
-                            "total_mem": dict(manager.total_mem)}
+                            "total_mem": {k: int(v) for k, v in manager.total_mem.items()}}
     return census
 
 
