@@ -154,6 +154,7 @@ def record(parts: list[str], quick: bool, budget_s: float, save_results: bool, s
                 continue
             print(f"[ch09] {part}: {name} on {gpus} GPU(s) ...", flush=True)
             run = run_one(name, demo, gpus, args, min(timeout_s, left), show)
+            run["part"] = part
             if part == "resnet":
                 run["cifar10_present"] = present
             status = "ok" if run["ok"] else "FAILED: " + run["error"].strip().splitlines()[-1][:200]

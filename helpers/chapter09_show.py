@@ -23,11 +23,20 @@ SEED_RESNET = {  # Colossal-AI's examples/images/resnet/README.md: ResNet-18, CI
 
 
 def recorded(part: str) -> dict | None:
-    """The record of one part (``ch09_<part>``), or None when it has not been recorded yet."""
-    try:
-        return load(f"ch09_{part}")
-    except FileNotFoundError:
-        return None
+    """The record of one part (``ch09_<part>``); failing that, that part's runs of the quick smoke
+    recording (``ch09_quick``, small models, marked ``quick``); None when neither exists."""
+    for name in (f"ch09_{part}", "ch09_quick"):
+        try:
+            record = load(name)
+        except FileNotFoundError:
+            continue
+        if name == "ch09_quick":
+            runs = [r for r in record["runs"] if r.get("part") == part]
+            if not runs:
+                continue
+            record = {**record, "runs": runs, "quick": True}
+        return record
+    return None
 
 
 def provenance(part: str) -> str:
@@ -35,7 +44,8 @@ def provenance(part: str) -> str:
     if record is None:
         return (f"ch09_{part}: not recorded yet. On a box with 2 GPUs: "
                 f"python -m helpers.chapter09 --record --parts {part}")
-    return describe(record)
+    note = "Only the quick smoke recording (small models, few steps) exists for this part.\n" if record.get("quick") else ""
+    return note + describe(record)
 
 
 def _first(run: dict, key: str = "losses") -> dict:

@@ -62,3 +62,21 @@ def test_legacy_launcher_rejects_ipv4_and_accepts_ipv6():
 
 def test_unrecorded_part_says_how_to_record():
     assert "python -m helpers.chapter09 --record --parts nothing" in show.provenance("nothing")
+
+
+def test_quick_record_stands_in_for_a_missing_part(tmp_path, monkeypatch):
+    import json
+
+    from helpers import results
+
+    folder = tmp_path / "2xFAKE"
+    folder.mkdir()
+    record = {"provenance": {"hardware": "2xFAKE", "date": "2026-11-30 08:00 UTC", "command": "c", "git_commit": "abc",
+                             "versions": {"torch": "t", "cuda": "c", "colossalai": "0.5.0", "transformers": "4"}},
+              "runs": [{"name": "tp=2 (tiny)", "part": "hybrid", **HYBRID}, {"name": "x", "part": "sp", "results": []}]}
+    (folder / "ch09_quick.json").write_text(json.dumps(record))
+    monkeypatch.setattr(results, "RESULTS_DIR", tmp_path)
+    got = show.recorded("hybrid")
+    assert got["quick"] and [r["part"] for r in got["runs"]] == ["hybrid"]
+    assert show.provenance("hybrid").startswith("Only the quick smoke recording")
+    assert show.recorded("moe") is None
