@@ -82,6 +82,39 @@ def optimizer_census(opt, model) -> dict:
     return census
 
 
+def leftover_tensors(opt, model, top: int = 12) -> list[dict]:
+    """CUDA tensors alive after warm-up that are neither parameters nor optimizer state/masters, grouped
+    by (shape, dtype), largest first: what a model of the persistent memory may have missed."""
+    import gc
+    import warnings
+
+    inner = getattr(opt, "optim", opt)
+    known = {t.untyped_storage().data_ptr() for t in list(model.parameters())
+             + [v for s in inner.state.values() for v in s.values() if isinstance(v, torch.Tensor)]
+             + [p for g in inner.param_groups for p in g["params"]] if t.device.type == "cuda" and t.numel()}
+    groups: dict = {}
+    seen = set()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # isinstance() on deprecated torch objects warns
+        objects = gc.get_objects()
+        tensors = [o for o in objects if isinstance(o, torch.Tensor)]
+    for obj in tensors:
+        try:
+            if obj.device.type != "cuda" or not obj.numel():
+                continue
+            ptr = obj.untyped_storage().data_ptr()
+        except Exception:  # noqa: BLE001 - some objects refuse inspection
+            continue
+        if ptr in known or ptr in seen:
+            continue
+        seen.add(ptr)
+        key = (str(tuple(obj.shape)), str(obj.dtype))
+        entry = groups.setdefault(key, {"shape": key[0], "dtype": key[1], "count": 0, "bytes": 0})
+        entry["count"] += 1
+        entry["bytes"] += obj.untyped_storage().nbytes()
+    return sorted(groups.values(), key=lambda e: -e["bytes"])[:top]
+
+
 class Trainer:
     """One optimizer step, optionally measured phase by phase."""
 
@@ -159,6 +192,8 @@ def main() -> None:
         losses = [trainer.step(k) for k in range(args.warmup)]
         memory["after_warmup"] = memory_now(env.device)
         census = optimizer_census(opt, model)
+        if env.is_gpu:
+            census["leftovers"] = leftover_tensors(opt, model)
         phases = {} if env.is_gpu else None
         if env.is_gpu:
             torch.cuda.reset_peak_memory_stats(env.device)
