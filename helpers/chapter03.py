@@ -117,36 +117,67 @@ def measured_collectives(record_runs: list[dict]) -> list[dict]:
     return rows
 
 
-def calibrate(rows: list[dict], min_bytes: int = MB, per_step: bool = False) -> tuple[Link, list[int]]:
-    """Fit one link to all-reduce at every other size >= ``min_bytes``; return it and the sizes used.
+MODELS = ("host_floor", "alpha_beta", "ring_steps")
 
-    With ``per_step`` the fitted latency is divided by the all-reduce's ring steps, 2(n-1), so the
-    link's latency is that of one step (:func:`helpers.comm.collective_time` ``per_step``).
+
+def host_floors(rows: list[dict], below: int = MB) -> dict[str, float]:
+    """Per collective, the fastest call among messages smaller than ``below``: the cost of *issuing*
+    one call (torch.distributed + NCCL enqueue on the host), which back-to-back calls cannot beat."""
+    floors: dict[str, float] = {}
+    for r in rows:
+        if r["size_bytes"] < below:
+            floors[r["collective"]] = min(floors.get(r["collective"], float("inf")), r["seconds"])
+    return floors
+
+
+def calibrate(rows: list[dict], model: str = "host_floor", min_bytes: int = MB) -> tuple[Link, list[int], dict]:
+    """Fit one link (α, β) to all-reduce times at every other size; return it, the sizes used, the floors.
+
+    ``alpha_beta``: sizes >= ``min_bytes``, t = α + bytes/β. ``ring_steps``: the same fit, α then
+    charged per ring step (2(n-1) for all-reduce, n-1 for the others; Thakur et al. 2005).
+    ``host_floor``: t = max(floor of the collective, α + bytes/β), the link fitted only where the
+    all-reduce is bound by the GPU (time > 2 × its floor), the floors from messages < ``min_bytes``.
     """
-    sizes = sorted(r["size_bytes"] for r in rows if r["collective"] == "all_reduce" and r["size_bytes"] >= min_bytes)
-    used = sizes[::2] if len(sizes) >= 4 else sizes
+    if model not in MODELS:
+        raise ValueError(f"model must be one of {MODELS}, not {model!r}")
     n = rows[0]["n"]
-    points = [(r["size_bytes"], r["seconds"]) for r in rows
-              if r["collective"] == "all_reduce" and r["size_bytes"] in used]
-    link = fit_link(points, "fitted to all-reduce", collective="all_reduce", n=n, relative=True)
-    if per_step:
+    floors = host_floors(rows, min_bytes) if model == "host_floor" else {}
+    allreduce = sorted((r["size_bytes"], r["seconds"]) for r in rows if r["collective"] == "all_reduce")
+    if model == "host_floor":
+        candidates = [s for s, t in allreduce if s >= min_bytes and t > 2 * floors.get("all_reduce", 0.0)]
+    else:
+        candidates = [s for s, _ in allreduce if s >= min_bytes]
+    used = candidates[::2] if len(candidates) >= 4 else candidates
+    link = fit_link([(s, t) for s, t in allreduce if s in used], "fitted to all-reduce",
+                    collective="all_reduce", n=n, relative=True)
+    if model == "ring_steps":
         link = Link("fitted to all-reduce, latency per ring step", link.bandwidth_bytes_per_s,
                     link.latency_s / ring_steps("all_reduce", n))
-    return link, used
+    return link, used, floors
 
 
-def collective_table(rows: list[dict], min_bytes: int = MB, per_step: bool = False) -> tuple[list[dict], Link]:
-    """Predicted vs measured time for every (collective, size) with its error; which rows were fitted."""
-    link, used = calibrate(rows, min_bytes, per_step)
+def predict(collective: str, size_bytes: int, n: int, link: Link, model: str = "host_floor",
+            floors: dict | None = None) -> float:
+    """Seconds per call under ``model`` (see :func:`calibrate`)."""
+    t = collective_time(collective, size_bytes, n, link, per_step=model == "ring_steps")
+    return max(t, (floors or {}).get(collective, 0.0)) if model == "host_floor" else t
+
+
+def collective_table(rows: list[dict], model: str = "host_floor", min_bytes: int = MB) -> tuple[list[dict], Link]:
+    """Predicted vs measured time for every (collective, size) with its error and its role: ``fit``
+    (the all-reduce points the link was fitted to), ``floor`` (small messages that set the host
+    floors, host_floor model only) or ``held out`` (a prediction)."""
+    link, used, floors = calibrate(rows, model, min_bytes)
     table = []
     for r in sorted(rows, key=lambda r: (r["collective"], r["size_bytes"])):
-        predicted = collective_time(r["collective"], r["size_bytes"], r["n"], link, per_step)
+        predicted = predict(r["collective"], r["size_bytes"], r["n"], link, model, floors)
+        role = ("fit" if r["collective"] == "all_reduce" and r["size_bytes"] in used
+                else "floor" if floors and r["size_bytes"] < min_bytes else "held out")
         table.append({
             "collective": r["collective"], "size": _size(r["size_bytes"]), "size_bytes": r["size_bytes"],
             "measured us": round(r["seconds"] * 1e6, 1), "predicted us": round(predicted * 1e6, 1),
             "error %": round(100 * (predicted - r["seconds"]) / r["seconds"], 1),
-            "busbw GB/s": round(r["busbw"] / 1e9, 1),
-            "role": "fit" if r["collective"] == "all_reduce" and r["size_bytes"] in used else "held out",
+            "busbw GB/s": round(r["busbw"] / 1e9, 1), "role": role,
         })
     return table, link
 
@@ -159,8 +190,9 @@ def _size(b: int) -> str:
 
 
 def worst_error(table: list[dict], min_bytes: int = MB) -> dict:
-    """The row with the largest |error| among messages of at least ``min_bytes``."""
-    return max((r for r in table if r["size_bytes"] >= min_bytes), key=lambda r: abs(r["error %"]))
+    """The held-out row with the largest |error| among messages of at least ``min_bytes``."""
+    return max((r for r in table if r["size_bytes"] >= min_bytes and r["role"] == "held out"),
+               key=lambda r: abs(r["error %"]))
 
 
 def share_rows(results: list[dict]) -> list[dict]:
@@ -173,17 +205,18 @@ def share_rows(results: list[dict]) -> list[dict]:
 
 def busbw_figure(table: list[dict]):
     """Left: measured bus bandwidth against message size, per collective. Right: predicted against
-    measured time, with the ±25 % band, fitted points hollow."""
+    measured time, with the ±25 % band; fitted points hollow, floor-setting small messages as crosses."""
     import matplotlib.pyplot as plt
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8), dpi=80)
     for name in sorted({r["collective"] for r in table}):
         rows = [r for r in table if r["collective"] == name]
         left.plot([r["size_bytes"] for r in rows], [r["busbw GB/s"] for r in rows], marker="o", label=name)
-        for role, face in (("held out", None), ("fit", "none")):
+        colour = left.lines[-1].get_color()
+        for role, marker, face in (("held out", "o", colour), ("fit", "o", "none"), ("floor", "x", colour)):
             pts = [r for r in rows if r["role"] == role]
-            right.scatter([r["measured us"] for r in pts], [r["predicted us"] for r in pts], s=18,
-                          facecolors=face, edgecolors=left.lines[-1].get_color(), color=left.lines[-1].get_color())
+            right.scatter([r["measured us"] for r in pts], [r["predicted us"] for r in pts], s=18, marker=marker,
+                          facecolors=face, edgecolors=colour if marker == "o" else None)
     left.set(xscale="log", xlabel="message size S (bytes)", ylabel="bus bandwidth (GB/s)", title="measured busbw")
     left.legend(fontsize=8)
     lo, hi = min(r["measured us"] for r in table), max(r["measured us"] for r in table)
@@ -191,7 +224,7 @@ def busbw_figure(table: list[dict]):
     right.plot(line, line, "k-", lw=0.8)
     right.fill_between(line, [x * 0.75 for x in line], [x * 1.25 for x in line], color="grey", alpha=0.2, label="±25 %")
     right.set(xscale="log", yscale="log", xlabel="measured (µs)", ylabel="predicted (µs)",
-              title="α-β model fitted on all-reduce")
+              title="model calibrated on all-reduce")
     right.legend(fontsize=8)
     fig.tight_layout()
     return fig
@@ -257,7 +290,7 @@ def main() -> None:
         if key == "collectives" and "results" in runs[0]:
             try:
                 min_bytes = MB if _mode(args.quick).startswith("gpu") else 1  # CPU: exercise the path
-                table, link = collective_table(measured_collectives(runs), min_bytes)
+                table, link = collective_table(measured_collectives(runs), min_bytes=min_bytes)
                 cols = ["collective", "size", "measured us", "predicted us", "error %", "busbw GB/s", "role"]
                 print(format_table(table, cols))
                 print(f"link: latency {link.latency_s * 1e6:.1f} us, bandwidth {link.bandwidth_bytes_per_s / 1e9:.1f} GB/s;"

@@ -53,7 +53,7 @@ def _rows(link: Link, n: int = 2) -> list[dict]:
 def test_calibration_uses_every_other_allreduce_size_and_predicts_the_rest():
     """On data that follow the α-β model exactly, the calibrated link is recovered and every error is 0."""
     truth = Link("truth", 300e9, 12e-6)
-    table, link = chapter03.collective_table(_rows(truth))
+    table, link = chapter03.collective_table(_rows(truth), "alpha_beta")
     assert link.bandwidth_bytes_per_s == pytest.approx(300e9) and link.latency_s == pytest.approx(12e-6)
     fitted = [r for r in table if r["role"] == "fit"]
     assert [r["size"] for r in fitted] == ["1M", "16M", "256M"]
@@ -70,9 +70,31 @@ def test_calibration_reports_a_collective_that_departs():
     for r in rows:
         if r["collective"] == "all_to_all":
             r["seconds"] *= 2
-    table, _ = chapter03.collective_table(rows)
+    table, _ = chapter03.collective_table(rows, "alpha_beta")
     worst = chapter03.worst_error(table)
     assert worst["collective"] == "all_to_all" and worst["error %"] == pytest.approx(-50, abs=0.5)
+
+
+def test_host_floor_model():
+    """Calls issued back to back cost at least the host's issue time, different per collective: with a
+    30 µs floor for all-to-all only, α-β misses its small messages and the host-floor model does not."""
+    truth = Link("truth", 300e9, 5e-6)
+    rows = _rows(truth)
+    for r in rows:
+        if r["collective"] == "all_to_all":
+            r["seconds"] = max(r["seconds"], 30e-6)
+    floors = chapter03.host_floors(rows)
+    assert floors["all_to_all"] == 30e-6 and floors["all_reduce"] == pytest.approx(5e-6 + 4096 / 300e9)
+    table, link = chapter03.collective_table(rows)  # host_floor is the default
+    assert link.bandwidth_bytes_per_s == pytest.approx(300e9) and link.latency_s == pytest.approx(5e-6)
+    fit = [r["size"] for r in table if r["role"] == "fit"]
+    assert fit == ["4M", "64M", "1G"]  # every other all-reduce size whose time is above twice its floor
+    assert {r["role"] for r in table if r["size_bytes"] < 2**20} == {"floor"}
+    assert abs(chapter03.worst_error(table)["error %"]) < 0.1
+    naive, _ = chapter03.collective_table(rows, "alpha_beta")
+    assert chapter03.worst_error(naive)["collective"] == "all_to_all"
+    with pytest.raises(ValueError, match="model must be one of"):
+        chapter03.calibrate(rows, "magic")
 
 
 def _layout_run(name, step_s, **kw):
