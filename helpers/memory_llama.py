@@ -36,6 +36,9 @@ import numpy as np
 from helpers.memory_layouts import LlamaShape, TrainLayout
 
 BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
+# torch's cuBLAS workspace on sm90 (CublasHandlePool.cpp: 4096 KiB x 8 on Hopper), one per thread
+# that runs GEMMs: the training loop and autograd's backward thread
+CUBLAS_WORKSPACES = 2 * 32 * 2**20
 GEMINI_MIN_CHUNK = 32 * 2**20  # GeminiPlugin min_chunk_size_m=32 and search_range_m=32 (elements)
 GEMINI_SEARCH_INTERVAL = 1024  # colossalai.zero.gemini.chunk.utils: hidden_dim=None -> 1024
 
@@ -60,11 +63,17 @@ def rank_params(layout: TrainLayout, stage: int = 0) -> float:
 
 
 def layer_activation_parts(shape: LlamaShape, tokens: int, seq: int, e: int, tp: int = 1,
-                           attn: str = "sdpa") -> dict:
-    """Bytes autograd saves for one HF Llama decoder layer, per rank, by part (module docstring)."""
+                           attn: str = "sdpa", cuda: bool = False) -> dict:
+    """Bytes autograd saves for one HF Llama decoder layer, per rank, by part (module docstring).
+
+    ``cuda``: on a GPU, fp32 ``sdpa`` runs the memory-efficient kernel, whose output is laid out
+    (b, s, a, d) in memory, so HF's ``transpose(1, 2).contiguous()`` copies nothing and the o_proj
+    input *is* the kernel output; bf16 runs flash attention, whose output is ``empty_like(q)``, laid
+    out (b, a, s, d), so the copy happens (as on the CPU)."""
     n, h, f, a = tokens, shape.hidden, shape.ffn, shape.heads
     if attn == "sdpa":
-        core = e * n * h + 4 * n * a  # output and log-sum-exp of the fused kernel
+        shared = cuda and e == 4
+        core = (0 if shared else e * n * h) + 4 * n * a  # output and log-sum-exp of the fused kernel
     else:
         copy = e if e != 4 else 0  # softmax(dtype=fp32).to(e-byte dtype): no copy in fp32
         core = (4 + copy) * (tokens // seq) * a * seq * seq  # the fp32 softmax and its e-byte copy
@@ -77,9 +86,9 @@ def layer_activation_parts(shape: LlamaShape, tokens: int, seq: int, e: int, tp:
 
 
 def layer_activation_bytes(shape: LlamaShape, tokens: int, seq: int, e: int, tp: int = 1,
-                           attn: str = "sdpa") -> float:
+                           attn: str = "sdpa", cuda: bool = False) -> float:
     """Bytes autograd saves for one HF Llama decoder layer, per rank: the sum of its parts."""
-    return sum(layer_activation_parts(shape, tokens, seq, e, tp, attn).values())
+    return sum(layer_activation_parts(shape, tokens, seq, e, tp, attn, cuda).values())
 
 
 def head_activation_bytes(shape: LlamaShape, tokens: int, e: int) -> float:
@@ -140,7 +149,8 @@ def model_states(layout: TrainLayout, stage: int = 0) -> dict:
     (the gradients still held plus the copies the step makes)."""
     psi, n, w = rank_params(layout, stage), layout.dp, BYTES[layout.precision]
     plugin, mixed = layout.plugin, layout.precision != "fp32"
-    out = {"weights": w * psi, "master": 0.0, "optimizer": 8 * psi, "buckets": 0.0, "grads": w * psi}
+    out = {"weights": w * psi, "master": 0.0, "optimizer": 8 * psi, "buckets": 0.0, "grads": w * psi,
+           "workspace": CUBLAS_WORKSPACES}
     out["step"] = out["grads"]
     if plugin == "ddp":  # torch DDP, gradient_as_bucket_view=False: buckets are a second gradient copy
         out["buckets"] = w * psi if n > 1 else 0.0
@@ -181,10 +191,10 @@ def predict(layout: TrainLayout, rank: int = 0) -> dict:
     stage = (rank // layout.tp) % layout.pp  # mesh order (dp, pp, tp): tp fastest
     tokens = layout.micro_batch * layout.seq
     states = model_states(layout, stage)
-    persistent = states["weights"] + states["master"] + states["optimizer"] + states["buckets"]
+    persistent = states["weights"] + states["master"] + states["optimizer"] + states["buckets"] + states["workspace"]
     layers = shape.layers // layout.pp
     in_flight = min(layout.microbatches, layout.pp) - stage if layout.pp > 1 else 1
-    per_layer = layer_activation_bytes(shape, tokens, layout.seq, e, layout.tp, layout.attn)
+    per_layer = layer_activation_bytes(shape, tokens, layout.seq, e, layout.tp, layout.attn, cuda=True)
     kept_per_layer = e * tokens * shape.hidden if layout.recompute else per_layer
     activations = in_flight * layers * kept_per_layer
     if layout.pp > 1:
@@ -195,16 +205,21 @@ def predict(layout: TrainLayout, rank: int = 0) -> dict:
     # with recomputation the first layer is recomputed before the embedding's gradient exists
     embedding_grad = shape.vocab * shape.hidden / layout.tp * e if stage == 0 else 0.0
     end = max(states["grads"], states["grads"] - embedding_grad + per_layer) if layout.recompute else states["grads"]
+    # 1F1B: from the first micro-batch's backward on, all gradients exist (they accumulate) while
+    # later micro-batches' activations are held
+    held = states["grads"] if layout.pp > 1 and layout.microbatches > 1 else 0.0
     phases = {
-        "forward": persistent + activations + head + loss["forward"],
-        "backward_start": persistent + activations + head + loss["backward"],
+        "forward": persistent + held + activations + head + loss["forward"],
+        "backward_start": persistent + held + activations + head + loss["backward"],
         "backward_end": persistent + end,
         "step": persistent + states["step"],
     }
     peak_phase = max(phases, key=phases.get)
     breakdown = {"weights": states["weights"], "fp32 master": states["master"], "Adam m, v": states["optimizer"],
-                 "grads, buckets": states["buckets"], "activations": 0.0, "logits, loss": 0.0}
+                 "grads, buckets": states["buckets"], "activations": 0.0, "logits, loss": 0.0,
+                 "cuBLAS workspaces": states["workspace"]}
     if peak_phase in ("forward", "backward_start"):
+        breakdown["grads, buckets"] += held
         breakdown["activations"] = activations + head
         breakdown["logits, loss"] = loss["forward" if peak_phase == "forward" else "backward"]
     else:
