@@ -33,7 +33,7 @@ NPROC = 2
 MB = 2**20
 SIZES = {"gpu": "4K,16K,64K,256K,1M,4M,16M,64M,256M,1G", "gpu_quick": "64K,1M,16M,256M",
          "cpu": "4K,64K,1M,4M", "cpu_quick": "4K,64K,1M"}
-SHARE_CASES = {"gpu": "tp:2,dp:2,ddp:2,tp:8,dp:8,ddp:8,tp:32,dp:32,ddp:32", "gpu_quick": "tp:2,dp:2,dp:8,ddp:8",
+SHARE_CASES = {"gpu": "tp:2,dp:2,dp:8,ddp:8,tp:8,tp:32,dp:32,ddp:32", "gpu_quick": "tp:2,dp:2,dp:8,ddp:8",
                "cpu": "tp:2,dp:2,dp:8,ddp:8", "cpu_quick": "tp:2,dp:2"}
 PLAN_LAYOUTS = {  # name -> ch03_layouts flags; a 0.54 B Llama (8 layers, h 2048), global batch 16 × 1024
     "dp=2": [],
