@@ -96,6 +96,25 @@ def table_rows(records: list[dict]) -> list[dict]:
     return rows
 
 
+def logged_peaks(record: dict) -> list[dict]:
+    """Peaks a failed run's rank 0 printed before it crashed (its log line, kept in the error text).
+
+    Not a recorded measurement: one rank only, and the run did not reach its RESULT line."""
+    import re
+
+    from helpers.memory_llama import predict
+
+    rows = []
+    for run in record["runs"]:
+        m = re.search(r"\[rank0\] (.+?): peak (\d+) MiB", run.get("error", ""))
+        if m and m.group(1) == run["name"]:
+            predicted = predict(layout_named(run["name"]), rank=0)["peak"] / MIB
+            logged = int(m.group(2))
+            rows.append({"layout": run["name"], "rank 0 logged MiB": logged, "predicted MiB": f"{predicted:.0f}",
+                         "difference %": f"{100 * (predicted - logged) / logged:+.1f}"})
+    return rows
+
+
 def measured_rows(record: dict) -> list[dict]:
     """summary() of every recorded layout that produced a measurement."""
     return [r for r in map(summary, record["runs"]) if r.get("measured")]

@@ -18,8 +18,9 @@ counted from the code that allocates it (transformers 4.51 Llama, Colossal-AI 0.
 * **Loss**: HF's loss upcasts the e-byte logits to fp32 and keeps the fp32 log-softmax (4Nv); its
   backward holds that, the nll gradient and the log-softmax gradient at once: 12Nv, often the peak.
 * **Model states** per plugin (see :func:`model_states`): TorchDDP keeps a second fp32 gradient copy in
-  its buckets; HybridParallel's mixed precision keeps fp32 masters beside the bf16 weights and, with
-  dp > 1, torch DDP buckets in bf16; LowLevelZero keeps bf16 weights, fp32 master *shards* and
+  its buckets; HybridParallel's mixed precision keeps fp32 masters beside the bf16 weights and, whenever
+  there is no pipeline, torch DDP buckets in bf16 — also with tensor parallelism over all GPUs, where
+  DDP wraps a data-parallel group of one; LowLevelZero keeps bf16 weights, fp32 master *shards* and
   HybridAdam states of the shards; Gemini shards weights, masters and states (ZeRO-3).
 * **Phases**: the peak is the largest of (1) the end of forward at the loss, (2) the start of backward
   (12Nv of loss gradients on top of all activations), (3) the end of backward (all gradients, the last
@@ -158,8 +159,11 @@ def model_states(layout: TrainLayout, stage: int = 0) -> dict:
         if mixed:
             out["master"] = 4 * psi  # p.detach().float()
             out["step"] = 4 * psi  # p.grad = working.grad.float(); working.grad = None, one by one
-        if n > 1:
-            out["buckets"] = w * psi  # torch DDP over the dp group
+        # HybridParallelPlugin.configure: use_ddp = (dp > 1 and pp == 1 and zero == 0) or (dp == 1 and
+        # pp == 1): without a pipeline the module is wrapped in torch DDP even over a group of one rank
+        # (tp=2 on 2 GPUs), and its buckets are a gradient copy (gradient_as_bucket_view=False)
+        if layout.pp == 1:
+            out["buckets"] = w * psi
     elif plugin == "zero":  # LowLevelZeroOptimizer
         shard = 1.0 / n
         out["master"] = 4 * psi * shard  # master_weights=True: a cloned fp32 shard, in fp32 too
@@ -177,6 +181,8 @@ def model_states(layout: TrainLayout, stage: int = 0) -> dict:
         # at the peak the lm_head's chunk is still gathered: the loss touches no parameter, so no
         # pre-op hook has released it (static placement releases chunks only at the next op)
         out["weights"] = w * padded / n + w * chunk * (1 - 1 / n)
+        if layout.placement == "auto":  # AutoPlacementPolicy.evict_tensors releases a chunk only when
+            out["weights"] = w * padded  # CUDA memory runs short: on an H200 every chunk stays gathered
         out["grads"] = out["step"] = 0.0  # gradients are copied into the bf16 chunk (reuse_fp16_chunk)
         out["master"] = 4 * padded / n
         out["optimizer"] = 8 * psi / n

@@ -219,3 +219,32 @@ def test_gemini_chunk_search_matches_colossalai():
     finally:
         dist.destroy_process_group()
     assert gemini_chunks(shape, 1)[0] == config[1]["chunk_size"]
+
+
+def test_gemini_census_is_json_even_with_numpy_chunk_sizes():
+    """The bug that lost the Gemini runs of the first GPU record: numpy integers in the RESULT payload."""
+    import json
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from helpers.demos.ch07_memory import optimizer_census
+
+    model = torch.nn.Linear(4, 4)
+    chunk = SimpleNamespace(chunk_size=np.int64(64), utilized_size=np.int64(20), keep_gathered=np.bool_(False))
+    model.chunk_manager = SimpleNamespace(chunk_groups={"fp16_2": [chunk]}, total_mem={"cuda": np.int64(128), "cpu": 0})
+    census = optimizer_census(torch.optim.AdamW(model.parameters()), model)
+    assert json.loads(json.dumps(census))["chunks"] == {"sizes": [64], "used": [20], "keep_gathered": [False],
+                                                        "total_mem": {"cuda": 128, "cpu": 0}}
+
+
+def test_hybrid_wraps_ddp_without_a_pipeline_and_logged_peaks_are_parsed():
+    """HybridParallelPlugin wraps torch DDP when pp == 1, even over a dp group of one (tp=2 on 2 GPUs)."""
+    from helpers.chapter07 import logged_peaks
+    from helpers.memory_llama import model_states
+
+    tp, pp = layout_named("TP=2 bf16"), layout_named("PP=2 bf16 (1F1B, 4 micro-batches)")
+    assert model_states(tp)["buckets"] == 2 * rank_params(tp) and model_states(pp)["buckets"] == 0
+    error = "Traceback ...\n[rank0] Gemini bf16 (static): peak 9000 MiB, predicted 1 MiB, 5 tokens/s\nTypeError: x"
+    rows = logged_peaks({"runs": [{"name": "Gemini bf16 (static)", "error": error}]})
+    assert rows[0]["rank 0 logged MiB"] == 9000 and rows[0]["layout"] == "Gemini bf16 (static)"
