@@ -174,7 +174,7 @@ def technique_figure(record: dict, names: list[str] = TECHNIQUES):
     names = [n for n in names if n in by_name]
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2), dpi=80, sharey=True,
                                       gridspec_kw={"width_ratios": [3, 2]})
-    colours = ["#4C72B0", "#8172B3", "#DD8452", "#937860", "#55A868", "#C44E52"]
+    colours = ["#4C72B0", "#8172B3", "#DD8452", "#937860", "#55A868", "#C44E52", "#8C8C8C"]
     for y, name in enumerate(names):
         r = by_name[name]
         parts = predict(layout_named(name), rank=r["rank"])["breakdown"]

@@ -171,10 +171,12 @@ def model_states(layout: TrainLayout, stage: int = 0) -> dict:
         if layout.zero_stage == 2:  # reduce-scattered: only the own shard is kept
             out["grads"] = w * psi * shard
         copies = 4 * psi * shard if mixed else 0.0  # grad.to(fp32) of the own shard, held through step
-        out["step"] = out["grads"] + copies
+        # _compute_grad_norm runs even without clipping: grad.double() of each shard, one at a time
+        norm = 8 * max(parameter_sizes(layout.shape)) / layout.tp * shard
+        out["step"] = out["grads"] + copies + norm
         if layout.offload:  # masters and Adam on the CPU; the fp32 copies go there one by one
             out["master"] = out["optimizer"] = 0.0
-            out["step"] = out["grads"]
+            out["step"] = out["grads"] + norm
     elif plugin == "gemini":  # chunks: bf16 and fp32 chunk shards, Adam on the shards' real elements
         chunk, count = gemini_chunks(layout.shape, n)
         padded = chunk * count  # no chunk is trimmed when it is closed
