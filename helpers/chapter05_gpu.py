@@ -88,7 +88,7 @@ def reshard(workdir: Path, show: str, source: tuple[str, str, int] | None = None
     off in all three runs, so that only the layout differs."""
     (src, src_config, src_n), (dst, dst_config, dst_n) = source or ("tp2", gpu_config("tp2"), NPROC), \
         target or ("dp2", gpu_config("dp2"), NPROC)
-    quiet = ["--dropout", "0"]
+    quiet = ["--dropout", "0", "--keep_last", "0"]  # keep the source's step 3 whatever the config prunes
     tp = _run(f"{src}-nodropout", src_config, quiet, workdir, show, nproc=src_n)
     dp = _run(f"{dst}-nodropout", dst_config, quiet, workdir, show, nproc=dst_n)
     out = {"source": src, "target": dst, "runs": [tp, dp]}

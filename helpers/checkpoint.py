@@ -13,7 +13,9 @@ Atomic: every rank writes into ``.tmp-step_00000006/``; after a barrier (Colossa
 calls end without one) rank 0 writes ``meta.json`` last and renames the folder to its final name.
 ``rename`` is atomic on a POSIX file system, so a directory called ``step_*`` is always complete:
 a rank killed mid-save leaves only a ``.tmp-*`` folder, which :func:`latest` ignores and the next
-save of that step replaces. With several nodes the checkpoint folder must be on a file system
+save of that step replaces. With ``keep_last=k`` only the newest k checkpoints stay: older ones
+are deleted *after* the new one is published, so a crash at any moment leaves at least one
+complete checkpoint (:func:`prune`). With several nodes the checkpoint folder must be on a file system
 that every node sees (NFS, Lustre, ...), as Colossal-AI's sharded checkpoints already require.
 
 Resuming bit for bit needs the same layout: each rank's RNG stream and its slice of every global
@@ -192,9 +194,10 @@ def _rank_file(folder: Path, rank: int) -> Path:
 
 def save(booster, model, optimizer, scheduler, root: str | os.PathLike, step: int, data: DataPosition,
          layout: dict, losses: list[float], shard: bool = False, extra: dict | None = None,
-         kill_rank: int | None = None) -> Path:
+         kill_rank: int | None = None, keep_last: int | None = None) -> Path:
     """Save everything needed to continue after ``step`` completed steps; returns the final folder.
 
+    ``keep_last``: after publishing, delete all but the newest k checkpoints (:func:`prune`).
     ``layout`` (world size, data-parallel size, ...) is stored and checked on load. ``kill_rank``
     is the fault demo's hook: that rank SIGKILLs itself after writing its own files, before the
     rename, to show that an interrupted save never becomes a checkpoint.
@@ -220,7 +223,28 @@ def save(booster, model, optimizer, scheduler, root: str | os.PathLike, step: in
                     "versions": {"torch": torch.__version__, "colossalai": colossalai.__version__},
                     **(extra or {})}
             write_json_atomic(tmp / "meta.json", meta)
+    if keep_last is not None and _rank() == 0:
+        prune(root, keep_last, protect=final)
     return final
+
+
+def prune(root: str | os.PathLike, keep_last: int, protect: Path | None = None) -> list[Path]:
+    """Delete complete checkpoints under ``root`` except the ``keep_last`` highest steps and
+    ``protect`` (the one just written, even if an earlier run left higher steps behind); returns
+    what was deleted. Each is first renamed to ``.tmp-old-*``, so a crash mid-delete never leaves a
+    ``step_*`` folder that looks complete but is not."""
+    if keep_last < 1:
+        raise ValueError(f"keep_last must be at least 1, got {keep_last}")
+    root = Path(root)
+    found = sorted((int(m.group(1)), p) for p in root.iterdir() if p.is_dir() and (m := STEP_DIR.match(p.name)))
+    doomed = [p for _, p in found[:-keep_last] if protect is None or p.resolve() != Path(protect).resolve()]
+    for path in doomed:
+        trash = path.with_name(TMP_PREFIX + "old-" + path.name)
+        os.replace(path, trash)
+        shutil.rmtree(trash, ignore_errors=True)
+    if doomed:
+        _fsync_dir(root)
+    return doomed
 
 
 class IncompatibleCheckpoint(RuntimeError):

@@ -91,6 +91,7 @@ class Train(Section):
     learning_rate: Annotated[Number, Field(gt=0)]
     precision: Literal["fp32", "fp16", "bf16"] = "fp32"
     save_interval: Count = 0  # steps between checkpoints; 0 = never
+    keep_last: Degree | None = None  # newest checkpoints kept on disk; None = all
     micro_batch_size: Degree | None = None  # sequences per forward pass on one data-parallel rank
     steps: Degree = 100
     seed: Count = 42
@@ -366,7 +367,8 @@ def load_config(source: str | Path | dict, world_size: int | None = None) -> Tra
 
 
 _EXAMPLES = {"train": "{batch_size: 128, learning_rate: 3e-4}", "batch_size": 128, "learning_rate": "3e-4", "precision": "bf16", "tensor": 2, "pipeline": 2,
-             "data": 8, "sequence": 2, "microbatches": 4, "zero_stage": 1, "steps": 100, "save_interval": 1000}
+             "data": 8, "sequence": 2, "microbatches": 4, "zero_stage": 1, "steps": 100, "save_interval": 1000,
+             "keep_last": 3}
 _HINTS = {"parallel": "a legacy config.py key: migrate with helpers.config_legacy.migrate_legacy",
           "fp16": "precision lives in train: precision: fp16", "optimizer": "the optimizer is set by the training script",
           "lr": "did you mean 'learning_rate'?", "global_batch_size": "did you mean 'batch_size'? (it is the global batch)"}

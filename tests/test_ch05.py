@@ -68,6 +68,8 @@ def test_resume_is_bitwise_equal_to_an_uninterrupted_run(runs):
     meta = ckpt.read_meta(runs["crash_dir"] / "step_00000008")
     assert meta["step"] == 8 and meta["data"] == {"epoch": 2, "batch_in_epoch": 0, "samples_seen": 64}
     assert not (runs["crash_dir"] / ".tmp-step_00000006").exists()  # the resumed run's save replaced it
+    # keep_last: 2 in the config: step 3 went once step 8 was published
+    assert sorted(p.name for p in runs["crash_dir"].iterdir()) == ["step_00000006", "step_00000008"]
 
 
 def test_resume_refuses_a_different_world_size(runs):
@@ -199,3 +201,16 @@ def test_gpu_comm_share_counts_only_nccl_time_no_other_kernel_hides():
     assert busy == 30  # 5..20 and 25..40
     assert exposed == 30 - (5 + 2 + 5)  # minus 5..10, 18..20 and 25..30, where compute ran too
     assert kernel_comm_times([(0, 1, "gemm")]) == (0, 0)
+
+
+def test_prune_keeps_the_newest_and_the_one_just_written(tmp_path):
+    for step in (3, 6, 9, 12):
+        (ckpt.step_dir(tmp_path, step)).mkdir()
+    (tmp_path / ".tmp-step_00000015").mkdir()  # an interrupted save is not a checkpoint: left alone
+    gone = ckpt.prune(tmp_path, 2)
+    assert [p.name for p in gone] == ["step_00000003", "step_00000006"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".tmp-step_00000015", "step_00000009", "step_00000012"]
+    # a resumed run that re-saved step 9 while an earlier run had gone further keeps its own save
+    assert ckpt.prune(tmp_path, 1, protect=ckpt.step_dir(tmp_path, 9)) == []
+    with pytest.raises(ValueError, match="at least 1"):
+        ckpt.prune(tmp_path, 0)

@@ -45,6 +45,7 @@ def parse_args(argv=None):
     p.add_argument("--steps", type=int, help="override train.steps")
     p.add_argument("--save_interval", type=int, help="override train.save_interval (0: never save)")
     p.add_argument("--checkpoint_dir", help="override train.checkpoint_dir")
+    p.add_argument("--keep_last", type=int, help="override train.keep_last (0: keep every checkpoint)")
     p.add_argument("--resume", nargs="?", const="latest", help="'latest' (the default when given "
                    "without a value) or a checkpoint folder step_XXXXXXXX")
     p.add_argument("--reshard", action="store_true", help="resume a checkpoint saved under another layout "
@@ -63,7 +64,9 @@ def parse_args(argv=None):
 def configure(args, world_size: int):
     """The config for this world size, with the command line's overrides applied."""
     cfg = load_config(args.config, world_size=world_size)
-    train = {k: v for k in ("steps", "save_interval", "checkpoint_dir") if (v := getattr(args, k)) is not None}
+    train = {k: v for k in ("steps", "save_interval", "checkpoint_dir", "keep_last") if (v := getattr(args, k)) is not None}
+    if train.get("keep_last") == 0:
+        train["keep_last"] = None
     return cfg.with_changes({"train": train}) if train else cfg
 
 
@@ -170,7 +173,7 @@ def train(args, env):
                 kill = args.kill_rank if args.kill_in_save and step == args.kill_at else None
                 with meter.paused():
                     saved = ckpt.save(booster, model, optimizer, scheduler, root, step, pos, layout, losses,
-                                      shard=sharded, kill_rank=kill)
+                                      shard=sharded, kill_rank=kill, keep_last=t.keep_last)
                 log(f"saved {saved.name} (epoch {pos.epoch}, batch {pos.batch_in_epoch})") if env.rank == 0 else None
             if step == t.steps or pos.batch_in_epoch == 0:
                 break  # done, or the epoch is over: the while loop sets the next epoch's order
