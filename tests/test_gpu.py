@@ -22,3 +22,15 @@ def test_from_scratch_demos_run_on_nccl(demo):
 
 # The HybridParallelPlugin layouts run in the notebook's GPU path (make test-gpu executes it), each
 # asserting its match with the single-GPU reference; recording them is `python -m helpers.chapter01 --record`.
+
+
+def test_hybrid_parallel_kill_and_resume_and_reshard_on_gpus(tmp_path):
+    """Chapter 5 on GPUs (helpers.chapter05_gpu): tp=2 killed and resumed from a sharded
+    checkpoint within bf16 rounding; its step-3 checkpoint continued as dp=2."""
+    from helpers.chapter05_gpu import kill_and_resume, reshard
+
+    kr = kill_and_resume("tp2", tmp_path, "none")
+    assert kr["runs"][1]["failed_rank"] == 1 and kr["on_disk_after_kill"] == ["step_00000003"]
+    assert kr["max_loss_diff"] < 1e-3 and kr["weights"]["max_abs_diff"] <= 2**-7
+    rs = reshard(tmp_path, "none")
+    assert rs["max_loss_diff_vs_source"] < 5 * rs["max_loss_diff_from_scratch"] < 1e-2
