@@ -121,3 +121,16 @@ def test_validation_claims_match_the_record():
     assert slowest["layout"] == "pp=2, m=8"
     below = [1 - r["planner ms"] / r["measured ms"] for r in rows if r["layout"] != "pp=2, m=8"]
     assert 0.33 < min(below) and max(below) < 0.42
+
+
+def test_seed_vs_planner_claims():
+    rows = planner.seed_vs_planner()
+    by_combo = {r["dp×tp×pp"]: r for r in rows}
+    first = by_combo["32×1×1"]
+    assert round(first["memory GiB"]) == 52 and "about 52 GiB" in PAGE
+    assert first["planner rank"] == 10 and "is tenth of twelve" in PAGE
+    ranked = sorted((r for r in rows if r["planner rank"] != "-"), key=lambda r: r["planner rank"])
+    assert (ranked[0]["dp×tp×pp"], ranked[0]["seed rank"]) == ("16×2×1", 3) and "is the guide's third" in PAGE
+    assert (ranked[1]["dp×tp×pp"], ranked[1]["seed rank"]) == ("8×4×1", 7) and "is\nthe guide's seventh" in PAGE
+    assert by_combo["16×1×2"]["planner rank"] == 12 and by_combo["8×1×4"]["planner rank"] == 11
+    assert round(100 * bubble_fraction(2, 4)) == 20 and round(100 * bubble_fraction(4, 8)) == 27
