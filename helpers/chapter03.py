@@ -121,8 +121,9 @@ MODELS = ("host_floor", "alpha_beta", "ring_steps")
 
 
 def host_floors(rows: list[dict], below: int = MB) -> dict[str, float]:
-    """Per collective, the fastest call among messages smaller than ``below``: the cost of *issuing*
-    one call (torch.distributed + NCCL enqueue on the host), which back-to-back calls cannot beat."""
+    """Per collective, the fastest call among messages smaller than ``below``: the fixed cost of one
+    call (issuing it on the host through torch.distributed and NCCL, starting its kernel), which
+    back-to-back calls cannot beat. The benchmark does not separate the host and GPU parts."""
     floors: dict[str, float] = {}
     for r in rows:
         if r["size_bytes"] < below:
