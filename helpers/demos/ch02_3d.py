@@ -1,0 +1,170 @@
+"""Three-dimensional parallelism from scratch: data × pipeline × tensor on one rank grid.
+
+Chapter 2 (combining dimensions), the seed's D × P × T example at small scale. The world of
+G = D·P·T processes is the :class:`helpers.mesh.RankMesh` grid (Colossal-AI's axis order, tensor
+fastest); each rank holds one piece of the model and one slice of the data:
+
+* **tensor** (T): every block is a Megatron MLP ``x + g(GeLU(f(x) A_t) B_t) + b`` with ``A`` split by
+  columns and ``B`` by rows over the tensor group (:mod:`helpers.tp`'s f and g);
+* **pipeline** (P): the L blocks are cut into P stages (:func:`helpers.pipeline.split_layers`); the
+  stages pass activations forward and gradients backward with send/recv to the rank with the same
+  (dp, tp) coordinates in the next or previous stage, in GPipe's order over m micro-batches;
+* **data** (D): replica d trains on rows ``d·m·b .. (d+1)·m·b`` of the global batch; after the
+  backward pass each gradient is averaged over the data group (an all-reduce over D ranks).
+
+Each step every rank compares the loss and its own gradient shards with the unsplit model trained
+on the whole batch inside the rank; then both take the same SGD step, on a fresh batch each step.
+
+    python -m torch.distributed.run --nproc_per_node 8 -m helpers.demos.ch02_3d --pp 2 --tp 2
+"""
+
+import argparse
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+from helpers.compare import check_close, global_max, randn, sig, strict_fp32
+from helpers.env import distributed, emit, say
+from helpers.mesh import RankMesh
+from helpers.pipeline import split_layers
+from helpers.tp import f, g, shard
+
+
+def make_blocks(layers: int, hidden: int, seed: int, device) -> list[dict[str, torch.Tensor]]:
+    """The unsplit model: per block A (h, 4h), a (4h,), B (4h, h), b (h,); same on every rank."""
+    gen = torch.Generator().manual_seed(seed)
+    blocks = []
+    for _ in range(layers):
+        blocks.append({"A": torch.randn(hidden, 4 * hidden, generator=gen) / hidden**0.5,
+                       "a": torch.randn(4 * hidden, generator=gen) * 0.1,
+                       "B": torch.randn(4 * hidden, hidden, generator=gen) / (4 * hidden) ** 0.5,
+                       "b": torch.randn(hidden, generator=gen) * 0.1})
+    return [{k: v.to(device).requires_grad_() for k, v in blk.items()} for blk in blocks]
+
+
+def block(x, p, group=None):
+    """One MLP block; with ``group`` the tensor-parallel version (p holds this rank's shards)."""
+    if group is None:
+        return x + F.gelu(x @ p["A"] + p["a"]) @ p["B"] + p["b"]
+    partial = F.gelu(f(x, group) @ p["A"] + p["a"]) @ p["B"]  # (mb, h): this rank's share of the sum
+    return x + g(partial, group) + p["b"]
+
+
+def my_shards(blocks, layers: list[int], tp_rank: int, tp: int) -> list[dict[str, torch.Tensor]]:
+    """This rank's pieces: its stage's blocks, A and a by columns, B by rows, b whole."""
+    return [{"A": shard(blocks[i]["A"], 1, tp_rank, tp).requires_grad_(),
+             "a": shard(blocks[i]["a"], 0, tp_rank, tp).requires_grad_(),
+             "B": shard(blocks[i]["B"], 0, tp_rank, tp).requires_grad_(),
+             "b": blocks[i]["b"].detach().clone().requires_grad_()} for i in layers]
+
+
+def build_groups(mesh: RankMesh) -> dict[str, object]:
+    """One process group per slice of the grid; every rank creates every group, in the same order."""
+    mine = {}
+    for axis in ("tp", "dp"):
+        for ranks in mesh.groups(axis):
+            group = dist.new_group(ranks)
+            if dist.get_rank() in ranks:
+                mine[axis] = group
+    return mine
+
+
+def pipeline_step(params, xs, ys, coords, mesh, tp_group, device):
+    """GPipe over this replica's micro-batches; returns the replica's loss on the last stage (or None)."""
+    pp, PP = coords["pp"], mesh.pp
+    nxt = mesh.rank_of(dp=coords["dp"], pp=pp + 1, tp=coords["tp"]) if pp < PP - 1 else None
+    prev = mesh.rank_of(dp=coords["dp"], pp=pp - 1, tp=coords["tp"]) if pp > 0 else None
+    inputs, outputs, losses = [], [], []
+    for x, y in zip(xs, ys):  # all forwards ...
+        if prev is None:
+            inp = x
+        else:
+            inp = torch.empty_like(x)
+            dist.recv(inp, src=prev)  # (mb, h) from the previous stage, same dp and tp coordinates
+            inp.requires_grad_()
+        out = inp
+        for p in params:
+            out = block(out, p, tp_group)
+        if nxt is None:
+            losses.append(F.mse_loss(out, y) / len(xs))
+        else:
+            dist.send(out.detach().contiguous(), dst=nxt)
+        inputs.append(inp)
+        outputs.append(out)
+    for i in reversed(range(len(xs))):  # ... then all backwards, last micro-batch first
+        if nxt is None:
+            losses[i].backward()
+        else:
+            grad = torch.empty_like(outputs[i])
+            dist.recv(grad, src=nxt)
+            outputs[i].backward(grad)
+        if prev is not None:
+            dist.send(inputs[i].grad.contiguous(), dst=prev)
+    return torch.stack(losses).sum().detach() if nxt is None else None
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pp", type=int, default=2, help="pipeline stages P")
+    parser.add_argument("--tp", type=int, default=2, help="tensor-parallel degree T")
+    parser.add_argument("--layers", type=int, default=4, help="blocks L (divisible by P)")
+    parser.add_argument("--hidden", type=int, default=8, help="hidden size h (4h divisible by T)")
+    parser.add_argument("--micro", type=int, default=2, help="micro-batches m per replica")
+    parser.add_argument("--micro-batch", type=int, default=2, help="rows per micro-batch")
+    parser.add_argument("--steps", type=int, default=2)
+    parser.add_argument("--lr", type=float, default=0.1)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    strict_fp32()
+    with distributed() as env:
+        mesh = RankMesh.for_world(env.world_size, pp=args.pp, tp=args.tp)  # D = G / (P·T), checked there
+        c, dev, D = mesh.coords(env.rank), env.device, mesh.dp
+        groups = build_groups(mesh)
+        stages = split_layers(args.layers, args.pp)
+        full = make_blocks(args.layers, args.hidden, args.seed, dev)  # the reference, whole
+        params = my_shards(full, stages[c["pp"]], c["tp"], args.tp)
+        m, mb, h, last = args.micro, args.micro_batch, args.hidden, c["pp"] == args.pp - 1
+        losses, ref_losses, diffs = [], [], []
+        for step in range(args.steps):
+            x = randn(D * m * mb, h, seed=1000 + step, device=dev)  # (D·m·b, h): the global batch
+            y = randn(D * m * mb, h, seed=2000 + step, device=dev)
+            mine = slice(c["dp"] * m * mb, (c["dp"] + 1) * m * mb)  # this replica's rows
+            loss = pipeline_step(params, x[mine].chunk(m), y[mine].chunk(m), c, mesh, groups.get("tp"), dev)
+            for p in params:  # data parallelism: average every gradient over the D replicas
+                for t in p.values():
+                    dist.all_reduce(t.grad, group=groups.get("dp"))
+                    t.grad /= D
+            held = torch.zeros(2, device=dev) if loss is None else torch.stack([torch.ones((), device=dev), loss])
+            dist.all_reduce(held)  # the last stages' replica losses: mean over replicas = global loss
+            losses.append(held[1] / held[0])
+            out = x  # the reference: every block, the whole batch
+            for p in full:
+                out = block(out, p)
+            ref = F.mse_loss(out, y)
+            ref.backward()
+            ref_losses.append(ref.detach())
+            check_close(f"step {step} loss", losses[-1], ref)
+            diff = 0.0
+            for i, p in zip(stages[c["pp"]], params):
+                want = my_shards([{k: v.grad for k, v in full[i].items()}], [0], c["tp"], args.tp)[0]
+                diff = max(diff, *(check_close(f"step {step} layer {i} grad {k}", p[k].grad, want[k]) for k in p))
+            diffs.append(global_max(diff, dev))
+            with torch.no_grad():  # the same SGD step on the pieces and on the whole
+                for t in [t for p in params for t in p.values()] + [t for p in full for t in p.values()]:
+                    t -= args.lr * t.grad
+                    t.grad = None
+        if env.rank == 0:
+            say(f"G = {env.world_size} = D {D} x P {args.pp} x T {args.tp} ({env.backend}); "
+                f"layers per stage {stages}, global batch {D * m * mb} = D x {m} micro-batches x {mb}")
+            for step, (a, b, d) in enumerate(zip(losses, ref_losses, diffs)):
+                say(f"step {step}: loss {sig(a.item())} (unsplit {sig(b.item())}), max |grad - unsplit| {d:.1e}")
+            say("OK: the 3-D run matches the unsplit model")
+        emit(coords=c, groups={axis: mesh.group_of(env.rank, axis) for axis in ("dp", "pp", "tp")},
+             layers=stages[c["pp"]], losses=[sig(x.item()) for x in losses],
+             ref_losses=[sig(x.item()) for x in ref_losses], max_grad_diff=max(diffs), dp=D, pp=args.pp,
+             tp=args.tp, world_size=env.world_size, backend=env.backend)
+
+
+if __name__ == "__main__":
+    main()
