@@ -71,7 +71,9 @@ def summary(record: dict) -> dict:
     from helpers.memory_llama import predict
 
     if "ranks" not in record:
-        return {"layout": record["name"], "error": record.get("error", "?").strip().splitlines()[-1][:120]}
+        known = [x for x in LAYOUTS if x.name == record["name"]]
+        return {"layout": record["name"], "error": record.get("error", "?").strip().splitlines()[-1][:120],
+                "predicted": max(predict(known[0], r)["peak"] for r in range(known[0].world)) if known else None}
     layout = TrainLayout.from_dict(record["ranks"][0]["layout"])
     ranks = sorted(record["ranks"], key=lambda r: r["measured"]["peak"] if r["measured"] else 0)
     worst = ranks[-1]
@@ -80,18 +82,23 @@ def summary(record: dict) -> dict:
     error = None if measured is None else 100 * (predicted - measured) / measured
     return {"layout": record["name"], "rank": worst["rank"], "measured": measured, "predicted": predicted,
             "error_pct": error, "tokens_per_s": sum(r["tokens_per_s"] for r in record["ranks"]) / len(record["ranks"]),
-            "outside_allocator": worst["measured"]["outside_allocator"] if worst["measured"] else None}
+            "outside_allocator": worst["measured"]["outside_allocator"] if worst["measured"] else None,
+            "peak_reserved": worst["measured"]["peak_reserved"] if worst["measured"] else None}
 
 
 def table_rows(records: list[dict]) -> list[dict]:
     rows = []
     for r in map(summary, records):
         if "error" in r:
-            rows.append({"layout": r["layout"], "measured MiB": "failed", "predicted MiB": "", "error %": r["error"]})
+            rows.append({"layout": r["layout"], "measured MiB": "failed",
+                         "predicted MiB": f"{r['predicted'] / MIB:.0f}" if r["predicted"] else "",
+                         "error %": "not recorded: " + r["error"][:72]})
             continue
         rows.append({"layout": r["layout"], "measured MiB": f"{r['measured'] / MIB:.0f}" if r["measured"] else "-",
                      "predicted MiB": f"{r['predicted'] / MIB:.0f}",
                      "error %": f"{r['error_pct']:+.1f}" if r["error_pct"] is not None else "-",
+                     "reserved MiB": f"{r['peak_reserved'] / MIB:.0f}" if r["peak_reserved"] else "-",
+                     "outside allocator MiB": f"{r['outside_allocator'] / MIB:.0f}" if r["outside_allocator"] else "-",
                      "tokens/s": f"{r['tokens_per_s']:.0f}"})
     return rows
 

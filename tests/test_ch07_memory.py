@@ -129,7 +129,8 @@ def test_summary_takes_the_rank_that_uses_most_and_keeps_failures():
 
     layout = layout_named("PP=2 bf16 (1F1B, 4 micro-batches)")
     ranks = [{"rank": r, "layout": layout.__dict__ | {"shape": layout.shape.__dict__}, "tokens_per_s": 100.0,
-              "measured": {"peak": predict(layout, r)["peak"] * (1.05 if r == 0 else 0.5), "outside_allocator": 1}}
+              "measured": {"peak": predict(layout, r)["peak"] * (1.05 if r == 0 else 0.5), "outside_allocator": 1,
+                           "peak_reserved": 2}}
              for r in (0, 1)]
     row = summary({"name": layout.name, "ranks": ranks})
     assert row["rank"] == 0 and abs(row["error_pct"] - 100 * (1 / 1.05 - 1)) < 1e-9
@@ -149,7 +150,8 @@ def _fake_record(scale=1.05):
                       **{k: {"peak": p["peak"] * scale, "allocated": p["persistent"]} for k in keys}}
             ranks.append({"rank": r, "layout": layout.__dict__ | {"shape": layout.shape.__dict__},
                           "tokens_per_s": 1e4 + i, "phases": phases,
-                          "measured": {"peak": p["peak"] * scale, "outside_allocator": 5 * 2**29}})
+                          "measured": {"peak": p["peak"] * scale, "outside_allocator": 5 * 2**29,
+                                       "peak_reserved": p["peak"] * 1.1}})
         runs.append({"name": layout.name, "ranks": ranks})
     runs.append({"name": "broken", "error": "RuntimeError: boom"})
     return {"provenance": {}, "runs": runs}
