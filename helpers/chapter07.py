@@ -80,8 +80,10 @@ def summary(record: dict) -> dict:
     measured = worst["measured"]["peak"] if worst["measured"] else None
     predicted = predict(layout, rank=worst["rank"])["peak"]
     error = None if measured is None else 100 * (predicted - measured) / measured
+    at_recording = worst.get("prediction", {}).get("peak")  # the model as it was when the run was recorded
+    first_error = None if measured is None or at_recording is None else 100 * (at_recording - measured) / measured
     return {"layout": record["name"], "rank": worst["rank"], "measured": measured, "predicted": predicted,
-            "error_pct": error, "tokens_per_s": sum(r["tokens_per_s"] for r in record["ranks"]) / len(record["ranks"]),
+            "error_pct": error, "error_pct_at_recording": first_error, "tokens_per_s": sum(r["tokens_per_s"] for r in record["ranks"]) / len(record["ranks"]),
             "outside_allocator": worst["measured"]["outside_allocator"] if worst["measured"] else None,
             "peak_reserved": worst["measured"]["peak_reserved"] if worst["measured"] else None}
 
@@ -97,6 +99,8 @@ def table_rows(records: list[dict]) -> list[dict]:
         rows.append({"layout": r["layout"], "measured MiB": f"{r['measured'] / MIB:.0f}" if r["measured"] else "-",
                      "predicted MiB": f"{r['predicted'] / MIB:.0f}",
                      "error %": f"{r['error_pct']:+.1f}" if r["error_pct"] is not None else "-",
+                     "error % at recording": (f"{r['error_pct_at_recording']:+.1f}"
+                                              if r["error_pct_at_recording"] is not None else "-"),
                      "reserved MiB": f"{r['peak_reserved'] / MIB:.0f}" if r["peak_reserved"] else "-",
                      "outside allocator MiB": f"{r['outside_allocator'] / MIB:.0f}" if r["outside_allocator"] else "-",
                      "tokens/s": f"{r['tokens_per_s']:.0f}"})
