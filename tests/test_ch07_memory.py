@@ -230,7 +230,7 @@ def test_gemini_census_is_json_even_with_numpy_chunk_sizes():
 
     import numpy as np
 
-    from helpers.demos.ch07_memory import optimizer_census
+    from helpers.memory_census import optimizer_census
 
     model = torch.nn.Linear(4, 4)
     chunk = SimpleNamespace(chunk_size=np.int64(64), utilized_size=np.int64(20), keep_gathered=np.bool_(False))

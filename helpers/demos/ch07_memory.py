@@ -25,6 +25,7 @@ import torch
 import torch.distributed as dist
 
 from helpers.env import distributed, emit, say, sync
+from helpers.memory_census import leftover_tensors, optimizer_census
 from helpers.memory_layouts import CPU_SHAPE, TrainLayout, plugin_spec
 from helpers.tinyllama import build_llama, shard_batch, token_batch
 
@@ -51,68 +52,6 @@ def make_optimizer(model, device):
 
         return HybridAdam(model.parameters(), lr=1e-4)
     return torch.optim.AdamW(model.parameters(), lr=1e-4)  # HybridAdam has no kernel for CPU-only builds
-
-
-def tensor_bytes(tensors) -> dict:
-    """Bytes of distinct storages among ``tensors``, by device type."""
-    seen, out = set(), {}
-    for t in tensors:
-        if isinstance(t, torch.Tensor) and t.numel():
-            key = (t.device.type, t.untyped_storage().data_ptr())
-            if key not in seen:
-                seen.add(key)
-                out[t.device.type] = out.get(t.device.type, 0) + t.untyped_storage().nbytes()
-    return out
-
-
-def optimizer_census(opt, model) -> dict:
-    """What the inner optimizer holds: state tensors and the parameters it updates (master copies)."""
-    inner = getattr(opt, "optim", opt)
-    states = [v for s in inner.state.values() for v in s.values()]
-    masters = [p for g in inner.param_groups for p in g["params"]]
-    census = {"optimizer_states": tensor_bytes(states), "optimizer_params": tensor_bytes(masters),
-              "model_params": tensor_bytes(list(model.parameters()))}
-    manager = getattr(model, "chunk_manager", None)  # GeminiDDP is the boosted model itself
-    if manager is not None:  # Gemini: chunk sizes as its search chose them (informational)
-        chunks = [c for group in manager.chunk_groups.values() for c in group]
-        # int(): the chunk search computes sizes with numpy, and json cannot write numpy integers
-        census["chunks"] = {"sizes": [int(c.chunk_size) for c in chunks], "used": [int(c.utilized_size) for c in chunks],
-                            "keep_gathered": [bool(c.keep_gathered) for c in chunks],
-                            "total_mem": {k: int(v) for k, v in manager.total_mem.items()}}
-    return census
-
-
-def leftover_tensors(opt, model, top: int = 12) -> list[dict]:
-    """CUDA tensors alive after warm-up that are neither parameters nor optimizer state/masters, grouped
-    by (shape, dtype), largest first: what a model of the persistent memory may have missed."""
-    import gc
-    import warnings
-
-    inner = getattr(opt, "optim", opt)
-    known = {t.untyped_storage().data_ptr() for t in list(model.parameters())
-             + [v for s in inner.state.values() for v in s.values() if isinstance(v, torch.Tensor)]
-             + [p for g in inner.param_groups for p in g["params"]] if t.device.type == "cuda" and t.numel()}
-    groups: dict = {}
-    seen = set()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # isinstance() on deprecated torch objects warns
-        objects = gc.get_objects()
-        tensors = [o for o in objects if isinstance(o, torch.Tensor)]
-    for obj in tensors:
-        try:
-            if obj.device.type != "cuda" or not obj.numel():
-                continue
-            ptr = obj.untyped_storage().data_ptr()
-        except Exception:  # noqa: BLE001 - some objects refuse inspection
-            continue
-        if ptr in known or ptr in seen:
-            continue
-        seen.add(ptr)
-        key = (str(tuple(obj.shape)), str(obj.dtype))
-        entry = groups.setdefault(key, {"shape": key[0], "dtype": key[1], "count": 0, "bytes": 0})
-        entry["count"] += 1
-        entry["bytes"] += obj.untyped_storage().nbytes()
-    return sorted(groups.values(), key=lambda e: -e["bytes"])[:top]
 
 
 class Trainer:
