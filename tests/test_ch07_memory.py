@@ -250,3 +250,13 @@ def test_hybrid_wraps_ddp_without_a_pipeline_and_logged_peaks_are_parsed():
     error = "Traceback ...\n[rank0] Gemini bf16 (static): peak 9000 MiB, predicted 1 MiB, 5 tokens/s\nTypeError: x"
     rows = logged_peaks({"runs": [{"name": "Gemini bf16 (static)", "error": error}]})
     assert rows[0]["rank 0 logged MiB"] == 9000 and rows[0]["layout"] == "Gemini bf16 (static)"
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(__import__("helpers.env", fromlist=["gpu_count"]).gpu_count() < 2, reason="needs 2 GPUs")
+@pytest.mark.parametrize("name", ["ZeRO-2 bf16", "TP=2 bf16"])
+def test_gpu_peak_is_predicted_within_ten_percent(name):
+    from helpers.chapter07 import run_layout
+
+    row = summary(run_layout(layout_named(name), timeout_s=480, show="none"))
+    assert abs(row["error_pct"]) <= 10, row
