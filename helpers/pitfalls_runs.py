@@ -96,8 +96,8 @@ def all_to_all_unsupported() -> Shown:
     return Shown(
         wrong=f"GPT-2 policy: AssertionError '{refused}'. Llama with sdpa attention under all_to_all (recorded on "
               f"2×H200): loss off the single-GPU reference by up to {trap['max_diff']:.2f}",
-        fixed=f"a model whose policy supports the mode (Llama) with the attention Colossal-AI replaces correctly "
-              f"(eager here): largest difference {good['max_diff']:.1e}",
+        fixed=f"a model whose policy supports the mode (Llama), built with attn_implementation='eager' so that "
+              f"transformers passes an explicit causal mask: largest difference {good['max_diff']:.1e}",
         holds=refused is not None and trap["max_diff"] > 0.5 and good["max_diff"] < 1e-2,
     )
 

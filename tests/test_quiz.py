@@ -1,0 +1,103 @@
+"""Chapter 10's pitfalls and Chapter 11's question bank: counts, answers, links, pages.
+
+* the bank has at least 60 questions, 25 of them numeric, every level and chapter known, ids unique;
+* every stored numeric answer is graded right by the helper that computes it, and a wrong one is not;
+* every link target exists: the chapter page, and the section heading (exactly once) it points to;
+* the quiz widget grades a typed answer;
+* at least 15 pitfalls, each demonstrated and corrected (``holds``), each glued on the page.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from helpers import pitfalls, quiz
+
+ROOT = Path(__file__).resolve().parents[1]
+BANK = quiz.bank()
+NUMERIC = [q for q in BANK if q.numeric]
+
+
+def test_counts():
+    counts = quiz.counts()
+    assert counts["questions"] >= 60
+    assert counts["numeric"] >= 25
+    assert all(counts[level] >= 10 for level in quiz.LEVELS)
+    assert len({q.id for q in BANK}) == len(BANK)
+    assert {q.level for q in BANK} <= set(quiz.LEVELS)
+    assert {q.chapter for q in BANK} <= set(quiz.CHAPTERS)
+    assert len(pitfalls.PITFALLS) >= 15
+    assert len(pitfalls.BY_KEY) == len(pitfalls.PITFALLS)
+
+
+@pytest.mark.parametrize("q", NUMERIC, ids=[q.id for q in NUMERIC])
+def test_stored_answer_matches_helper(q):
+    assert q.stored is not None
+    assert q.grade(q.stored), f"{q.id}: stored {q.stored}, helper gives {q.value()}"
+    assert not q.grade(q.stored * 1.1 + 1), "a wrong answer must not pass"
+    assert "{value}" in q.answer and q.value_text() in q.worked()
+
+
+@pytest.mark.parametrize("q", BANK, ids=[q.id for q in BANK])
+def test_link_target_exists(q):
+    page = ROOT / "book" / f"{q.chapter}.md"
+    assert page.exists(), page
+    if q.section is not None:
+        headings = re.findall(r"^#+ (.+?)\s*$", page.read_text(), re.MULTILINE)
+        assert headings.count(q.section) == 1, f"{q.id}: heading {q.section!r} not found once in {page.name}"
+    assert q.href().startswith(f"../book/{q.chapter}.html")
+
+
+def test_every_chapter_page_has_questions_and_renders_links():
+    for chapter in quiz.CHAPTERS:
+        html = quiz.chapter_html(chapter)
+        assert html.count("<li>") == sum(q.chapter == chapter for q in BANK) > 0, chapter
+        assert f'href="../book/{chapter}.html' in html
+
+
+def test_feedback_and_widget():
+    q = quiz.by_id("c2-data-degree")
+    assert quiz.feedback(q, 8).startswith("8") and "right" in quiz.feedback(q, 8)
+    assert "not quite" in quiz.feedback(q, 16)
+    box = quiz.quiz_widget()
+    pick, _, row, verdict = box.children
+    given, button = row.children
+    pick.value = "c1-bubble-4-4"
+    given.value = 3 / 7
+    button.click()
+    assert "right" in verdict.value
+    given.value = 0.25
+    button.click()
+    assert "not quite" in verdict.value
+
+
+IN_PROCESS = [p for p in pitfalls.PITFALLS if p.key not in ("pp-loss-rank", "gpt2-causal", "a2a-unsupported")]
+
+
+@pytest.mark.parametrize("p", IN_PROCESS, ids=[p.key for p in IN_PROCESS])
+def test_pitfall_demonstrated_and_corrected(p):
+    shown = p.demo()
+    assert shown.holds is True, shown
+    assert shown.wrong and shown.fixed
+
+
+@pytest.mark.parametrize("key", ["pp-loss-rank", "gpt2-causal", "a2a-unsupported"])
+def test_pitfall_runs(key):
+    """The demos that start two gloo ranks or call Colossal-AI / transformers code."""
+    assert pitfalls.BY_KEY[key].demo().holds is True
+
+
+def test_pages_glue_every_pitfall_and_chapter():
+    ten = (ROOT / "book" / "10_pitfalls.md").read_text()
+    eleven = (ROOT / "book" / "11_interview.md").read_text()
+    for p in pitfalls.PITFALLS:
+        assert f"```{{glue}} ch10-{p.key}\n:doc: ../notebooks/10_pitfalls.ipynb" in ten, p.key
+        assert f"{{doc}}`{p.chapter}`" in ten, p.chapter
+        assert (ROOT / "book" / f"{p.chapter}.md").exists()
+    for chapter in quiz.CHAPTERS:
+        assert f"```{{glue}} ch11-{chapter}\n:doc: ../notebooks/11_interview.ipynb" in eleven, chapter
+    for page in (ten, eleven):
+        assert "This chapter is an outline" not in page
