@@ -101,3 +101,37 @@ def test_pages_glue_every_pitfall_and_chapter():
         assert f"```{{glue}} ch11-{chapter}\n:doc: ../notebooks/11_interview.ipynb" in eleven, chapter
     for page in (ten, eleven):
         assert "This chapter is an outline" not in page
+
+
+def _glossary_entries() -> list[tuple[list[str], str]]:
+    """(term lines, definition) of every entry of book/glossary.md's glossary block."""
+    text = (ROOT / "book" / "glossary.md").read_text()
+    body = text[text.index("```{glossary}\n") + len("```{glossary}\n"):text.rindex("```")]
+    entries = []
+    for block in body.strip("\n").split("\n\n"):
+        lines = block.splitlines()
+        entries.append(([l for l in lines if not l.startswith("  ")], " ".join(l for l in lines if l.startswith("  "))))
+    return entries
+
+
+def test_glossary_terms_bilingual_and_linked():
+    entries = _glossary_entries()
+    assert len(entries) >= 75
+    han = re.compile(r"[\u4e00-\u9fff]")
+    preamble = (ROOT / "book" / "glossary.md").read_text().split("```{glossary}")[0]
+    english_names = set(re.search(r"\(([^)]*)\) are usually left in English", preamble, re.S).group(1).replace("\n", " ").split(", "))
+    for terms, definition in entries:
+        assert terms and not han.search(terms[0]), terms  # English first
+        assert terms[0] in english_names or any(han.search(t) for t in terms[1:]), f"no Chinese term for {terms[0]}"
+        links = re.findall(r"\{doc\}`([^`]+)`", definition)
+        assert links, f"{terms[0]} links to no chapter"
+        assert all((ROOT / "book" / f"{link}.md").exists() for link in links), (terms[0], links)
+    for seed_term in ("数据并行", "张量并行", "流水线并行", "序列并行", "激活重计算"):
+        assert any(seed_term in t for terms, _ in entries for t in terms), seed_term
+
+
+def test_pages_use_only_defined_terms():
+    defined = {t.lower() for terms, _ in _glossary_entries() for t in terms}
+    for page in ("10_pitfalls", "11_interview"):
+        for term in re.findall(r"\{term\}`([^`<]+)`", (ROOT / "book" / f"{page}.md").read_text()):
+            assert term.lower() in defined, (page, term)
