@@ -103,7 +103,8 @@ def train(model, batches, args, device):
     if dp_size > 1:  # the mean over data-parallel replicas, on the last stage
         dist.all_reduce(values, group=mesh.get_group_along_axis(plugin.dp_axis))
         values /= dp_size
-    layout = dict(dp=dp_size, tp=plugin.tp_size, pp=plugin.pp_size, sp=plugin.sp_size, last_stage=last_stage)
+    layout = dict(dp=int(dp_size), tp=int(plugin.tp_size), pp=int(plugin.pp_size), sp=int(plugin.sp_size),
+                  last_stage=last_stage)  # plain ints: numpy integers are not JSON
     del model, opt, booster
     return values.tolist(), seconds, layout, watched, plugin
 

@@ -104,7 +104,7 @@ def main() -> None:
         values = (values / env.world_size).tolist()
         diffs = [abs(a - b) for a, b in zip(values, reference)]
         tokens_per_s = args.batch * args.seq / seconds
-        result = dict(ep=args.ep, dp=dp_size, moe_dp=plugin.moe_dp_size, zero=plugin.zero_stage,
+        result = dict(ep=args.ep, dp=int(dp_size), moe_dp=int(plugin.moe_dp_size), zero=int(plugin.zero_stage),
                       precision=args.precision, experts=args.experts, layers=args.layers, hidden=args.hidden,
                       params=total, expert_params=experts_total, local_expert_params=local_experts,
                       batch=args.batch, seq=args.seq, steps=args.steps, tokens_per_s=round(tokens_per_s),
