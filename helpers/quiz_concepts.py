@@ -92,15 +92,19 @@ CONCEPTS = [
       "Step 2: the hardware — what a collective costs on each link"),
     Q("c3-half-rule", "03_strategy", "intermediate",
       "The communication share of a step is above 0.5. What does the guide recommend, and does it always work?",
-      "Lower the tensor-parallel degree (more work per GPU), raise the batch so computation grows, or overlap "
-      "communication with computation. Measured, each remedy helps only where that communication is on the "
-      "critical path: the share is a symptom, the layout is the cause.",
+      "Lower the tensor-parallel degree, raise the batch so computation grows, or overlap communication with "
+      "computation. Measured in the book, lowering TP cut the share and raised throughput (its four all-reduces "
+      "per layer sit on the critical path); a bigger batch barely moved TP's share, because its communication "
+      "grows with the batch too, though it raised throughput; and DDP's overlap was worse than one all-reduce "
+      "after a short backward. A remedy works only where the communication is exposed and there is enough "
+      "computation to hide it.",
       "Step 3: is communication the bottleneck? The 0.5 rule, measured"),
     Q("c3-score-misleads", "03_strategy", "advanced",
-      "Where does a planner that scores layouts by memory alone (the guide's recommend) mislead?",
-      "It prefers the layouts with the least memory per GPU, i.e. the most model parallelism, ignoring that each "
-      "cut adds communication and bubbles; a layout that fits with ZeRO and data parallelism is usually faster. "
-      "A planner must estimate time too (communication per link, bubble) and be checked against measurements.",
+      "Where does the guide's recommend, scoring layouts by (T−1) + (P−1)/2, mislead?",
+      "It ranks first a layout that by its own 16 B/param estimate does not fit (and knows no ZeRO, which would "
+      "make it fit); data parallelism costs nothing in the score although the gradient all-reduce crosses "
+      "nodes every step; a pipeline counts as half a tensor degree although its cost is the bubble, which "
+      "depends on the micro-batches; and topology is missing: T = 8 inside a node and across nodes score the same.",
       "The guide's planner and where its score misleads"),
     Q("c3-alpha-beta", "03_strategy", "advanced",
       "Why does a pure α-β model mispredict small collectives, and how does the book fix it?",
@@ -183,8 +187,10 @@ CONCEPTS = [
       "Where memory goes: the seed's 16 bytes"),
     Q("c7-loss-peak", "07_memory", "advanced",
       "Why is the loss computation often the memory peak of a small-model, large-vocabulary run?",
-      "The logits are b·s·v, in fp32 for the softmax, plus their gradient: with v = 32 000 or more they exceed a "
-      "layer's activations; chunked or vocabulary-parallel cross-entropy avoids holding them whole.",
+      "The logits are N × v (N tokens). Hugging Face's loss keeps an fp32 log-softmax (4Nv bytes) for backward, "
+      "and the first step of backward adds the fp32 gradients of the NLL and of the log-softmax: 12Nv bytes "
+      "before any parameter has a gradient. With v = 32 000 that rivals several decoder layers' activations; "
+      "chunked or vocabulary-parallel cross-entropy avoids holding it whole.",
       "The loss is often the peak"),
     Q("c7-recompute-trade", "07_memory", "basic",
       "What does activation recomputation trade, and how much?",
@@ -217,15 +223,17 @@ CONCEPTS = [
       None),
     # --- Chapter 9
     Q("c9-syncbn", "09_quick_demos", "intermediate",
-      "A ResNet trained with DDP on 8 GPUs with 4 images each underperforms. Why, and the fix?",
-      "BatchNorm statistics come from 4 images per GPU instead of the batch: noisy. Use SyncBatchNorm (statistics "
-      "all-reduced over the data group) or larger per-GPU batches.",
+      "A ResNet trained with plain PyTorch DDP on 8 GPUs with 4 images each underperforms. Why, and the fix?",
+      "BatchNorm statistics come from 4 images per GPU instead of the global batch: noisy. Use SyncBatchNorm "
+      "(statistics all-reduced over the data group) or larger per-GPU batches. Colossal-AI's TorchDDPPlugin "
+      "converts BatchNorm to SyncBatchNorm itself when it configures the model; plain DDP does not.",
       "One process, then two: no code changes"),
     Q("c9-scaling-rule", "09_quick_demos", "intermediate",
       "State the linear learning-rate scaling rule and its limit.",
       "Multiply the learning rate by k when the global batch grows k-fold, with a warm-up (Goyal et al. 2017); it "
-      "breaks down beyond a critical batch size, where larger batches stop reducing the steps needed.",
-      "One process, then two: no code changes"),
+      "breaks down beyond a critical batch size, where larger batches stop reducing the steps needed, and when "
+      "the scaled rate passes the stability limit.",
+      "The script and its options"),
     Q("c9-expert-parallel", "09_quick_demos", "intermediate",
       "How does expert parallelism move tokens, and what is the capacity factor for?",
       "Each rank holds some experts; after routing, an all-to-all sends tokens to their experts' ranks and "
@@ -234,11 +242,11 @@ CONCEPTS = [
       "Experts on other ranks"),
     Q("c9-nan", "09_quick_demos", "advanced",
       "A tp=2 bf16 run goes NaN near zero loss while ZeRO runs do not. How do you investigate?",
-      "Reproduce on fresh batches against a reference; vary one factor (precision, tp, optimizer, loss kernel); "
-      "the book isolates vocabulary-parallel cross-entropy in bf16, whose softmax near zero loss behaves "
-      "differently from PyTorch's, as one suspect; fp32 for the loss is the usual remedy.",
+      "Reproduce it against a single-GPU reference on fresh batches, then vary one factor at a time (precision, "
+      "tp, optimizer, loss kernel). The book runs Colossal-AI's vocabulary-parallel cross-entropy in bf16 on "
+      "two CPU ranks: near zero loss the target logit's gradient rounds to exactly 0 while the others do not, "
+      "one suspect; the GPU variants separate the rest. Computing the loss in fp32 is the usual guard.",
       "The tp=2 bf16 NaN"),
-    # --- Chapter 10
     Q("c10-sampler", "10_pitfalls", "basic",
       "With tp = 2, how must the data sampler be built?",
       "Over the data-parallel group: num_replicas = D, rank = the data rank. Tensor-parallel peers must see the "
