@@ -101,7 +101,8 @@ def _sgd_epoch(batch: int, lr: float, n: int = 1024, features: int = 16, seed: i
     """Mean-squared error after one epoch of minibatch SGD on a fixed linear-regression problem."""
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(n, features, generator=g, dtype=torch.float64)
-    y = x @ torch.randn(features, generator=g, dtype=torch.float64) + 0.1 * torch.randn(n, generator=g, dtype=torch.float64)
+    w_true = torch.randn(features, generator=g, dtype=torch.float64)
+    y = x @ w_true + 0.1 * torch.randn(n, generator=g, dtype=torch.float64)
     w = torch.zeros(features, dtype=torch.float64)
     for start in range(0, n, batch):
         xb, yb = x[start:start + batch], y[start:start + batch]

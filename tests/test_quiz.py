@@ -119,7 +119,8 @@ def test_glossary_terms_bilingual_and_linked():
     assert len(entries) >= 75
     han = re.compile(r"[\u4e00-\u9fff]")
     preamble = (ROOT / "book" / "glossary.md").read_text().split("```{glossary}")[0]
-    english_names = set(re.search(r"\(([^)]*)\) are usually left in English", preamble, re.S).group(1).replace("\n", " ").split(", "))
+    names = re.search(r"\(([^)]*)\) are usually left in English", preamble, re.S).group(1)
+    english_names = set(names.replace("\n", " ").split(", "))
     for terms, definition in entries:
         assert terms and not han.search(terms[0]), terms  # English first
         assert terms[0] in english_names or any(han.search(t) for t in terms[1:]), f"no Chinese term for {terms[0]}"
