@@ -65,15 +65,16 @@ def _max_diff(a: list[float], b: list[float]) -> float:
     return max(abs(x - y) for x, y in zip(a, b, strict=True))
 
 
-def kill_and_resume(layout: str, workdir: Path, show: str, config: str | None = None) -> dict:
+def kill_and_resume(layout: str, workdir: Path, show: str, config: str | None = None, nproc: int = NPROC,
+                    kill_rank: int = KILL_RANK) -> dict:
     """Uninterrupted, killed at step 5, resumed: losses and final weights compared."""
     config = config or gpu_config(layout)
-    full = _run(f"{layout}-full", config, [], workdir, show)
-    killed = _run(f"{layout}-run:killed", config, ["--kill_at", str(KILL_AT), "--kill_rank", str(KILL_RANK)],
-                  workdir, show, expect_failure=True)
+    full = _run(f"{layout}-full", config, [], workdir, show, nproc=nproc)
+    killed = _run(f"{layout}-run:killed", config, ["--kill_at", str(KILL_AT), "--kill_rank", str(kill_rank)],
+                  workdir, show, expect_failure=True, nproc=nproc)
     folder = workdir / f"{layout}-run"
     on_disk = sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
-    resumed = _run(f"{layout}-run:resumed", config, ["--resume"], workdir, show)
+    resumed = _run(f"{layout}-run:resumed", config, ["--resume"], workdir, show, nproc=nproc)
     out = {"layout": layout, "runs": [full, killed, resumed], "on_disk_after_kill": on_disk}
     if full["ok"] and resumed["ok"] and not killed["ok"]:
         out["max_loss_diff"] = _max_diff(full["losses"], resumed["losses"])

@@ -33,3 +33,14 @@ def test_3d_layout_refuses_a_world_that_does_not_factor():
 
     with pytest.raises(LaunchError, match="not divisible|cannot|divid"):
         launch("ch02_3d", 4, ["--pp", "3", "--tp", "1", "--layers", "3"], timeout_s=120, show="none")
+
+
+def test_sequence_times_data_parallel_on_four_ranks():
+    """sp=2 x dp=2 (issue 7's 4-GPU layout, on gloo): Ulysses inside each replica's sequence group."""
+    result = launch("ch01_sp", 4, ["--dp", "2", "--batch", "4"], timeout_s=240, show="none")
+    runs = sorted(result.results, key=lambda r: r["rank"])
+    assert [r["sp_group"] for r in runs] == [[0, 1], [0, 1], [2, 3], [2, 3]]
+    assert [r["rows"] for r in runs] == [[0, 2], [0, 2], [2, 4], [2, 4]]
+    assert [r["tokens"] for r in runs] == [[0, 4], [4, 8], [0, 4], [4, 8]]
+    for r in runs:
+        assert r["loss"] == r["ref_loss"] and max(r["max_out_diff"], r["max_x_grad_diff"], r["max_w_grad_diff"]) < 1e-5

@@ -15,6 +15,10 @@ gloo on torch 2.13 implements ``dist.all_to_all_single`` (and ``dist.all_to_all`
 Every rank checks its slice of the output and of dL/dx, and the summed weight gradients, against
 full single-process attention (``F.scaled_dot_product_attention``) run inside the rank.
 
+With ``--dp D`` the world is a D × P grid (:class:`helpers.mesh.RankMesh`, sp fastest): each data
+replica takes b/D of the batch rows and runs Ulysses over its own sequence group, and the weight
+gradients are summed over all D·P ranks (the loss is normalised globally, so the sum is the mean).
+
     python -m torch.distributed.run --nproc_per_node 2 -m helpers.demos.ch01_sp --seq 8 --heads 4
 """
 
@@ -26,6 +30,7 @@ import torch.nn.functional as F
 
 from helpers.compare import check_close, global_max, randn, sig, strict_fp32
 from helpers.env import distributed, emit, say
+from helpers.mesh import RankMesh
 from helpers.sequence import causal_attention, heads_to_seq, seq_to_heads
 
 
@@ -35,6 +40,7 @@ def main() -> None:
     parser.add_argument("--seq", type=int, default=8, help="sequence length s (divisible by world size)")
     parser.add_argument("--heads", type=int, default=4, help="attention heads a (divisible by world size)")
     parser.add_argument("--head-dim", type=int, default=4, help="head size d (h = a*d)")
+    parser.add_argument("--dp", type=int, default=1, help="data-parallel replicas D (world = D x P)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     strict_fp32()
@@ -42,7 +48,15 @@ def main() -> None:
     h = a * d
 
     with distributed() as env:
-        P, r, dev = env.world_size, env.rank, env.device
+        mesh = RankMesh.for_world(env.world_size, sp=env.world_size // args.dp)
+        P, r, dev, D = mesh.sp, mesh.coords(env.rank)["sp"], env.device, mesh.dp
+        sp_group = None
+        for ranks in mesh.groups("sp"):  # every rank creates every group, in the same order
+            group = dist.new_group(ranks) if D > 1 else None
+            sp_group = group if env.rank in ranks else sp_group
+        if b % D:
+            raise ValueError(f"batch b={b} must be divisible by the data-parallel size D={D}")
+        rows = slice(mesh.coords(env.rank)["dp"] * b // D, (mesh.coords(env.rank)["dp"] + 1) * b // D)
         if s % P:
             raise ValueError(f"sequence length s={s} must be divisible by the sequence-parallel size P={P}")
         if a % P:
@@ -53,15 +67,15 @@ def main() -> None:
 
         # --- Ulysses: my tokens in, my tokens out; heads split in the middle
         tokens = slice(r * s // P, (r + 1) * s // P)
-        x_r = x[:, tokens].clone().requires_grad_()  # (b, s/P, h)
+        x_r = x[rows, tokens].clone().requires_grad_()  # (b/D, s/P, h)
         wq, wk, wv, wo = (w.clone().requires_grad_() for w in weights)  # (h, h) each, replicated
-        q, k, v = ((x_r @ w.T).view(b, s // P, a, d) for w in (wq, wk, wv))  # (b, s/P, a, d)
-        q, k, v = (seq_to_heads(t) for t in (q, k, v))  # (b, s, a/P, d)
+        q, k, v = ((x_r @ w.T).view(b // D, s // P, a, d) for w in (wq, wk, wv))  # (b/D, s/P, a, d)
+        q, k, v = (seq_to_heads(t, sp_group) for t in (q, k, v))  # (b/D, s, a/P, d)
         shape_heads = list(q.shape)
         o = causal_attention(q, k, v)  # (b, s, a/P, d)
-        o = heads_to_seq(o)  # (b, s/P, a, d)
-        y_r = o.reshape(b, s // P, h) @ wo.T  # (b, s/P, h)
-        loss_r = F.mse_loss(y_r, target[:, tokens], reduction="sum") / target.numel()  # my share of the mean
+        o = heads_to_seq(o, sp_group)  # (b/D, s/P, a, d)
+        y_r = o.reshape(b // D, s // P, h) @ wo.T  # (b/D, s/P, h)
+        loss_r = F.mse_loss(y_r, target[rows, tokens], reduction="sum") / target.numel()  # my share of the mean
         loss_r.backward()
         for w in (wq, wk, wv, wo):
             dist.all_reduce(w.grad)  # each rank's tokens contribute to the replicated weights' grads
@@ -78,17 +92,20 @@ def main() -> None:
         ref_loss.backward()
 
         check_close("loss", loss, ref_loss)
-        out_diff = global_max(check_close(f"output for tokens {tokens.start}:{tokens.stop}", y_r, ref_y[:, tokens]), dev)
-        x_diff = global_max(check_close(f"dL/dx for tokens {tokens.start}:{tokens.stop}", x_r.grad, ref_x.grad[:, tokens]), dev)
+        out_diff = global_max(check_close(f"output for tokens {tokens.start}:{tokens.stop}", y_r, ref_y[rows, tokens]), dev)
+        x_diff = global_max(check_close(f"dL/dx for tokens {tokens.start}:{tokens.stop}", x_r.grad, ref_x.grad[rows, tokens]), dev)
         w_diff = global_max(max(
             check_close(f"grad of {n}", w.grad, rw.grad) for n, w, rw in zip(("Wq", "Wk", "Wv", "Wo"), (wq, wk, wv, wo), ref_w)
         ), dev)
 
-        if r == 0:
+        if env.rank == 0:
+            if D > 1:
+                say(f"{D} data replicas x {P} sequence ranks: replica d takes batch rows d*b/D..; "
+                    f"sequence groups {mesh.groups('sp')}, weight gradients summed over all {D * P} ranks")
             say(f"Ulysses sequence parallel on {P} ranks ({env.backend}): b={b}, s={s}, a={a} heads of d={d}, h={h}")
-            say(f"  x per rank {[b, s // P, h]} (tokens {s // P} per rank)")
-            say(f"  q,k,v per rank {[b, s // P, a, d]} -> all-to-all -> {shape_heads} (whole sequence, {a // P} of {a} heads)")
-            say(f"  attention output -> all-to-all -> {[b, s // P, a, d]} -> output projection {[b, s // P, h]}")
+            say(f"  x per rank {[b // D, s // P, h]} (tokens {s // P} per rank)")
+            say(f"  q,k,v per rank {[b // D, s // P, a, d]} -> all-to-all -> {shape_heads} (whole sequence, {a // P} of {a} heads)")
+            say(f"  attention output -> all-to-all -> {[b // D, s // P, a, d]} -> output projection {[b // D, s // P, h]}")
             say("  communication: 4 all-to-alls forward (q, k, v, o), 4 backward")
             say(f"loss {sig(loss.item())} (reference {sig(ref_loss.item())})")
             say(f"max |output - reference| = {out_diff:.2e}, max |dL/dx - reference| = {x_diff:.2e}")
@@ -99,6 +116,7 @@ def main() -> None:
             tokens=[tokens.start, tokens.stop], x_local_shape=list(x_r.shape), heads_shape=shape_heads,
             loss=sig(loss.item()), ref_loss=sig(ref_loss.item()), max_out_diff=out_diff,
             max_x_grad_diff=x_diff, max_w_grad_diff=w_diff, backend=env.backend,
+            **({"dp": D, "rows": [rows.start, rows.stop], "sp_group": mesh.group_of(env.rank, "sp")} if D > 1 else {}),
         )
 
 
