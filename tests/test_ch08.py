@@ -1,0 +1,51 @@
+"""Chapter 8: every failure lab fails as intended and diagnose() names its cause; the memory-cap lab
+is fixed by recomputation; diagnose() also reads the GPU (NCCL, CUDA) forms of the messages."""
+
+import pytest
+
+from helpers.diagnose import diagnose
+from helpers.failure_labs import EXPECTED, run_lab
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_lab_diagnosed(name):
+    run = run_lab(name, timeout_s=150)
+    assert run.returncode not in (0, None), run.log[-2000:]  # it failed, and by itself (not our timeout)
+    assert run.diagnosis.kind == EXPECTED[name], f"{run.diagnosis}\n{run.log[-2000:]}"
+    assert run.diagnosis.fix
+
+
+def test_crash_names_the_rank():
+    run = run_lab("rank_crash", timeout_s=150)
+    assert "rank 1 (SIGKILL)" in run.diagnosis.cause
+
+
+def test_recompute_fixes_cpu_oom():
+    import json
+
+    run = run_lab("cpu_oom_recompute", timeout_s=150)
+    assert run.returncode == 0, run.log[-2000:]
+    assert run.diagnosis.kind == "none"
+    result = json.loads(next(ln for ln in run.log.splitlines() if ln.startswith("RESULT "))[7:])
+    assert result["recompute"] and result["rss_growth_mib"] < result["budget_mib"]
+
+
+GPU_LOGS = {
+    "out_of_memory": "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total "
+                     "capacity of 139.81 GiB of which 1.2 GiB is free.",
+    "collective_mismatch": "[rank0]:[E ProcessGroupNCCL.cpp:632] [Rank 0] Watchdog caught collective operation "
+                           "timeout: WorkNCCL(SeqNum=5, OpType=ALLREDUCE, NumelIn=1024, Timeout(ms)=5000) ran for "
+                           "5001 milliseconds before timing out.",
+    "init_hang": "torch.distributed.elastic.rendezvous.api.RendezvousTimeoutError",
+    "rank_crash": "  rank      : 3 (local_rank: 3)\n  exitcode  : -6 (pid: 99)\n  traceback : Signal 6 (SIGABRT) "
+                  "received by PID 99",
+    "none": "step 1 loss 2.3\nRESULT {}",
+}
+
+
+@pytest.mark.parametrize("kind", GPU_LOGS)
+def test_diagnose_messages(kind):
+    d = diagnose(GPU_LOGS[kind])
+    assert d.kind == kind
+    if kind == "rank_crash":
+        assert "rank 3 (SIGABRT)" in d.cause
