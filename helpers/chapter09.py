@@ -118,7 +118,7 @@ def cifar10_present() -> bool:
 
 
 def digits_missing() -> str | None:
-    """None when the digits can be read here, else why not (scikit-learn or $DATA/digits.csv.gz)."""
+    """None when the digits can be read here (scikit-learn, or the copy in helpers/data), else why not."""
     from helpers.imagedata import digits_csv
 
     try:

@@ -13,7 +13,7 @@ says where to put them.
 The offline dataset is scikit-learn's copy of the UCI handwritten digits (Alpaydin & Kaynak 1998):
 1,797 real 8×8 grey images of the digits 0-9, 16 grey levels. scikit-learn ships it as
 ``sklearn/datasets/data/digits.csv.gz`` (64 pixel columns then the label); on a machine without
-scikit-learn (the GPU box) the same file is read from ``$DATA/digits.csv.gz``.
+scikit-learn (the GPU box) the byte-identical copy in ``helpers/data/`` is read instead.
 """
 
 from __future__ import annotations
@@ -42,18 +42,18 @@ def data_root() -> Path:
     return Path(os.environ.get("DATA", "./data"))
 
 
+SHIPPED_DIGITS = Path(__file__).resolve().parent / "data" / "digits.csv.gz"
+
+
 def digits_csv() -> Path:
-    """Where the digits CSV is: scikit-learn's own copy, else ``$DATA/digits.csv.gz``."""
+    """Where the digits CSV is: scikit-learn's own file, else the copy shipped in helpers/data."""
     try:
         import sklearn
     except ImportError:
-        path = data_root() / "digits.csv.gz"
-        if not path.exists():
-            raise FileNotFoundError(
-                f"the digits need scikit-learn (pip install scikit-learn) or its file digits.csv.gz "
-                f"copied to {path} (python -m helpers.imagedata --stage {data_root()} on a machine "
-                f"that has scikit-learn)") from None
-        return path
+        if not SHIPPED_DIGITS.exists():
+            raise FileNotFoundError(f"the digits need scikit-learn (pip install scikit-learn) or the copy "
+                                    f"{SHIPPED_DIGITS} of its digits.csv.gz") from None
+        return SHIPPED_DIGITS
     return Path(sklearn.__file__).parent / "datasets" / "data" / "digits.csv.gz"
 
 
@@ -133,21 +133,3 @@ def datasets(name: str) -> tuple[Dataset, Dataset]:
     if name == "cifar10":
         return Cifar10(data_root(), train=True, augment=True), Cifar10(data_root(), train=False)
     raise ValueError(f"unknown dataset {name!r}: digits or cifar10")
-
-
-def stage_digits(folder: str | Path) -> Path:
-    """Copy scikit-learn's digits CSV to ``folder`` (for a machine without scikit-learn)."""
-    import shutil
-
-    target = Path(folder) / "digits.csv.gz"
-    target.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(digits_csv(), target)
-    return target
-
-
-if __name__ == "__main__":
-    import argparse
-
-    p = argparse.ArgumentParser(description="copy the digits CSV for a machine without scikit-learn")
-    p.add_argument("--stage", required=True, help="folder to copy digits.csv.gz into (that machine's $DATA)")
-    print("wrote", stage_digits(p.parse_args().stage))

@@ -21,6 +21,9 @@ each rank's own tokens (a "group" in GShard's words): the dispatch buffer is cut
 axis and exchanged with one all-to-all, the local experts run on the tokens every rank sent them,
 and the inverse all-to-all brings the outputs home to be combined. The all-to-all comes from
 :mod:`helpers.sequence` (its backward is the inverse all-to-all), so gradients travel back too.
+With data parallelism on top (:func:`expert_data_grid`), the world is a dp × ep grid: each data
+replica is one expert group holding every expert once, and each expert is replicated over the dp
+group of ranks that hold it in the other replicas.
 """
 
 from __future__ import annotations
@@ -101,6 +104,18 @@ def combine(y: torch.Tensor, routing: Routing) -> torch.Tensor:
 def experts_ffn(buffers: torch.Tensor, w_in: torch.Tensor, w_out: torch.Tensor) -> torch.Tensor:
     """Every expert's FFN at once: (E, C, h) @ (E, h, f) → GELU → @ (E, f, h)."""
     return F.gelu(buffers @ w_in) @ w_out
+
+
+def expert_data_grid(world_size: int, ep: int) -> tuple[list[list[int]], list[list[int]]]:
+    """(expert groups, data groups) of a dp × ep grid of ranks, the last axis fastest:
+    rank = d·ep + e, the order of Colossal-AI's MoeHybridParallelPlugin (moe_dp outside ep, as in
+    :class:`helpers.mesh.RankMesh`). Expert group d is data replica d, its ranks splitting the
+    experts; data group e holds the same experts in every replica."""
+    if ep < 1 or world_size % ep:
+        raise ValueError(f"{world_size} ranks do not form a grid with ep = {ep}")
+    dp = world_size // ep
+    return ([[d * ep + e for e in range(ep)] for d in range(dp)],
+            [[d * ep + e for d in range(dp)] for e in range(ep)])
 
 
 class MoELayer(nn.Module):

@@ -39,15 +39,18 @@ def test_digits_are_the_real_uci_digits():
     assert (len(train), len(test)) == (1438, 359)
 
 
-def test_digits_fall_back_to_DATA_without_sklearn(tmp_path, monkeypatch):
-    imagedata.stage_digits(tmp_path)
+def test_digits_without_sklearn_come_from_the_shipped_copy(tmp_path, monkeypatch):
+    import sklearn
+
+    sklearn_file = imagedata.digits_csv()
+    assert sklearn_file.read_bytes() == imagedata.SHIPPED_DIGITS.read_bytes()  # byte-identical copy
     monkeypatch.setitem(sys.modules, "sklearn", None)  # import sklearn now raises ImportError
-    monkeypatch.setenv("DATA", str(tmp_path))
-    assert imagedata.digits_csv() == tmp_path / "digits.csv.gz"
+    assert imagedata.digits_csv() == imagedata.SHIPPED_DIGITS
     assert imagedata.load_digits_arrays()[0].shape == (1797, 1, 8, 8)
-    monkeypatch.setenv("DATA", str(tmp_path / "empty"))
+    monkeypatch.setattr(imagedata, "SHIPPED_DIGITS", tmp_path / "missing.csv.gz")
     with pytest.raises(FileNotFoundError, match="scikit-learn"):
         imagedata.digits_csv()
+    assert sklearn  # (imported before the monkeypatch)
 
 
 def test_cifar10_reader_reads_the_python_format(tmp_path):

@@ -1,15 +1,19 @@
 """Chapter 9: expert parallelism from scratch, checked against a single-process MoE layer.
 
     torchrun --nproc_per_node 2 -m helpers.demos.ch09_moe --experts 4 --k 2 --capacity_factor 1.0
+    torchrun --nproc_per_node 4 -m helpers.demos.ch09_moe --dp 2     # ep = 2 inside each of 2 data replicas
 
-Every rank builds the same full :class:`helpers.moe.MoELayer` (seeded) as the reference, keeps
-only its E/P experts for the parallel layer, and routes its own tokens. The parallel forward
-(:func:`helpers.moe.expert_parallel_forward`: dispatch, all-to-all, local experts, all-to-all
-back, combine) must give the reference's outputs for this rank's tokens, and after one backward
-each rank's expert gradients must equal the reference's gradients of those experts (the
-all-to-all's backward carries the other ranks' contributions home); the replicated router's
-gradient equals the reference's after an all-reduce, as in data parallelism. The load per expert
-(tokens routed, kept within the capacity, dropped) is reported from every rank.
+The world is a dp × ep grid (:func:`helpers.moe.expert_data_grid`, ``--dp`` replicas, ep =
+world / dp). Every rank builds the same full :class:`helpers.moe.MoELayer` (seeded) as the
+reference, keeps only its E/ep experts for the parallel layer, and routes its own tokens. The
+parallel forward (:func:`helpers.moe.expert_parallel_forward` over the rank's expert group:
+dispatch, all-to-all, local experts, all-to-all back, combine) must give the reference's outputs
+for this rank's tokens. The objective is the mean of every rank's loss, as in data parallelism,
+so after one backward: the router, replicated on every rank, gets its gradient averaged over all
+ranks; an expert's gradient, which the all-to-all's backward has already summed over the ep ranks
+whose tokens it served, is divided by ep (Colossal-AI's EPGradScalerIn does the same) and averaged
+over its data group. Both must equal the reference's gradients. The load per expert (tokens
+routed, kept within the capacity, dropped) is reported from every rank.
 """
 
 import argparse
@@ -18,7 +22,7 @@ import torch
 import torch.distributed as dist
 
 from helpers.env import distributed, emit, max_abs_diff, say
-from helpers.moe import MoELayer, expert_parallel_forward
+from helpers.moe import MoELayer, expert_data_grid, expert_parallel_forward
 
 AUX_WEIGHT = 0.01
 
@@ -45,29 +49,43 @@ def main() -> None:
     p.add_argument("--ffn", type=int, default=32)
     p.add_argument("--capacity_factor", type=float, default=1.0)
     p.add_argument("--skew", type=float, default=0.0)
+    p.add_argument("--dp", type=int, default=1, help="data-parallel replicas; ep = world / dp")
     args = p.parse_args()
     with distributed(backend="gloo") as env:
-        if args.experts % env.world_size:
-            raise ValueError(f"{args.experts} experts do not split over {env.world_size} ranks")
-        local = args.experts // env.world_size
-        mine = slice(env.rank * local, (env.rank + 1) * local)
+        ep_groups, dp_groups = expert_data_grid(env.world_size, env.world_size // args.dp)
+        ep = len(ep_groups[0])
+        if env.world_size != ep * args.dp or args.experts % ep:
+            raise ValueError(f"{env.world_size} ranks, --dp {args.dp}, {args.experts} experts: need world = dp·ep "
+                             "and experts divisible by ep")
+        ep_rank, dp_rank = env.rank % ep, env.rank // ep
+        # every rank creates every group, in the same order (torch.distributed requires it)
+        ep_group = [dist.new_group(g) for g in ep_groups][dp_rank]
+        dp_group = [dist.new_group(g) for g in dp_groups][ep_rank]
+        local = args.experts // ep
+        mine = slice(ep_rank * local, (ep_rank + 1) * local)
         full = MoELayer(args.hidden, args.ffn, args.experts, args.k, args.capacity_factor)
         x = group_tokens(env.rank, args.tokens, args.hidden, args.skew)
 
-        # reference: the whole layer in this process, on this rank's tokens (one GShard group)
+        # reference: the whole layer in one process on every rank's tokens (one GShard group each);
+        # the gradient of the mean loss = the sum of the groups' gradients / world
         ref_out, ref_routing, ref_aux = full(x)
         objective(ref_out, ref_aux, env.rank).backward()
-        # the gradient the reference would have for all ranks' tokens: sum over groups
         ref_grads = {n: p.grad.clone() for n, p in full.named_parameters()}
         for g in ref_grads.values():
             dist.all_reduce(g)
+            g /= env.world_size
 
         router = full.router.detach().clone().requires_grad_()
-        w_in = full.w_in.detach()[mine].clone().requires_grad_()  # (E/P, h, f): my experts only
+        w_in = full.w_in.detach()[mine].clone().requires_grad_()  # (E/ep, h, f): my experts only
         w_out = full.w_out.detach()[mine].clone().requires_grad_()
-        out, routing, aux = expert_parallel_forward(x, router, w_in, w_out, args.k, args.capacity_factor)
+        out, routing, aux = expert_parallel_forward(x, router, w_in, w_out, args.k, args.capacity_factor, ep_group)
         objective(out, aux, env.rank).backward()
-        dist.all_reduce(router.grad)  # the router is replicated: data-parallel gradient
+        dist.all_reduce(router.grad)  # replicated on every rank: average over all of them
+        router.grad /= env.world_size
+        for w in (w_in, w_out):  # summed over the ep group by the all-to-all: / ep, then average over dp
+            w.grad /= ep
+            dist.all_reduce(w.grad, group=dp_group)
+            w.grad /= args.dp
 
         diffs = dict(output=max_abs_diff(out, ref_out), router_grad=max_abs_diff(router.grad, ref_grads["router"]),
                      w_in_grad=max_abs_diff(w_in.grad, ref_grads["w_in"][mine]),
@@ -76,12 +94,13 @@ def main() -> None:
         for name, d in diffs.items():
             assert d < 1e-4, f"expert-parallel {name} differs from the single-process layer by {d:.2e}"
         routed, kept = routing.routed_per_expert(args.experts), routing.kept_per_expert(args.experts)
-        say(f"rank {env.rank}: experts {mine.start}-{mine.stop - 1}, capacity {routing.capacity}, "
-            f"routed {routed.tolist()}, kept {kept.tolist()}, max diff {max(diffs.values()):.1e}")
-        emit(experts=args.experts, k=args.k, ep=env.world_size, tokens=args.tokens, capacity=routing.capacity,
-             capacity_factor=args.capacity_factor, local_experts=list(range(mine.start, mine.stop)),
-             routed=routed.tolist(), kept=kept.tolist(), dropped=int((~routing.kept).sum()),
-             balance_loss=round(aux.item(), 4), diffs=diffs, backend=env.backend)
+        say(f"rank {env.rank} (dp {dp_rank}, ep {ep_rank}): experts {mine.start}-{mine.stop - 1}, capacity "
+            f"{routing.capacity}, routed {routed.tolist()}, kept {kept.tolist()}, max diff {max(diffs.values()):.1e}")
+        emit(experts=args.experts, k=args.k, ep=ep, dp=args.dp, ep_rank=ep_rank, dp_rank=dp_rank,
+             tokens=args.tokens, capacity=routing.capacity, capacity_factor=args.capacity_factor,
+             local_experts=list(range(mine.start, mine.stop)), routed=routed.tolist(), kept=kept.tolist(),
+             dropped=int((~routing.kept).sum()), balance_loss=round(aux.item(), 4), diffs=diffs,
+             backend=env.backend)
 
 
 if __name__ == "__main__":
