@@ -1,0 +1,187 @@
+"""Chapter 6 and 8 on GPUs: one Llama step loop under PyTorch FSDP2 or a Colossal-AI plugin.
+
+    torchrun --nproc_per_node 2 -m helpers.demos.ch08_train --framework fsdp2 --precision bf16 ...
+    ... --framework colossal --plugin zero --zero_stage 2 | --plugin hybrid --tp 2 [--overlap 0]
+    ... --mem_cap_gib 10    (the out-of-memory lab: this process may use only 10 GiB of the GPU)
+    ... --profile 2         (the PyTorch profiler over 2 steps: compute vs communication per rank)
+
+The layout flags are Chapter 7's :class:`helpers.memory_layouts.TrainLayout` (its plugins ran on
+the 2×H200 box); the model, data and MFU definition are Chapter 9's (``ch09_hybrid.mfu``:
+(6N + 12·L·h·s)·tokens / (time · GPUs · 989.5e12)). Every rank first trains a single-device
+reference copy on the first ``--ref_steps`` global batches. An out-of-memory error is caught
+and reported (``oom: true`` with the peak reached) instead of failing the run.
+On CPU (gloo) FSDP2 and Colossal-AI's TorchDDPPlugin run in fp32: the tests use that path.
+"""
+
+import argparse
+import copy
+import time
+
+import torch
+import torch.distributed as dist
+
+from helpers.demos.ch01_hybrid import DTYPES, train_reference_mixed
+from helpers.demos.ch07_memory import Trainer
+from helpers.demos.ch09_hybrid import mfu
+from helpers.env import distributed, emit, say, sync
+from helpers.memory_layouts import CPU_SHAPE, TrainLayout, plugin_spec
+from helpers.profiling import breakdown
+from helpers.tinyllama import build_llama, llama_params, shard_batch, token_batch
+
+
+def make_optimizer(model, args, device):
+    if args.framework == "colossal" and device.type == "cuda":
+        from colossalai.nn.optimizer import HybridAdam  # Gemini accepts only Colossal-AI's Adam kernels
+
+        return HybridAdam(model.parameters(), lr=args.lr, weight_decay=0.01)  # = AdamW's default decay
+    return torch.optim.AdamW(model.parameters(), lr=args.lr, fused=device.type == "cuda")
+
+
+class FSDP2Trainer:
+    """The same step as Chapter 7's Trainer, with ``fully_shard`` on every decoder layer and the root."""
+
+    def __init__(self, layout, model, args, device):
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+        dtype = DTYPES[layout.precision]
+        mp = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32) if dtype != torch.float32 else None
+        kw = {"mp_policy": mp} if mp else {}
+        for layer in model.model.layers:
+            fully_shard(layer, **kw)
+        fully_shard(model, **kw)
+        self.layout, self.model, self.device = layout, model, device
+        self.opt = make_optimizer(model, args, device)
+        self.dp_rank, self.dp_size = dist.get_rank(), dist.get_world_size()
+
+    def step(self, k: int) -> float:
+        full = token_batch(k, self.layout.global_batch, self.layout.seq, self.layout.shape.vocab)
+        batch = {n: t.to(self.device) for n, t in shard_batch(full, self.dp_rank, self.dp_size).items()}
+        loss = self.model(**batch).loss
+        loss.backward()
+        self.opt.step()
+        self.opt.zero_grad()
+        return float(loss.detach().float())
+
+
+def build(layout, args, env):
+    config = layout.shape.config(attn=layout.attn, max_seq=layout.seq)
+    with torch.device(env.device):
+        model = build_llama(config)
+    reference = []
+    if args.ref_steps:
+        batches = [{k: v.to(env.device) for k, v in token_batch(s, layout.global_batch, layout.seq,
+                                                                  layout.shape.vocab).items()}
+                   for s in range(args.ref_steps)]
+        reference = train_reference_mixed(copy.deepcopy(model), batches, args.lr, DTYPES[layout.precision])
+        del batches
+    if env.is_gpu:  # the reference's memory is not the layout's
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(env.device)
+    if layout.recompute:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    if args.framework == "fsdp2":
+        return FSDP2Trainer(layout, model, args, env.device), None, config, reference
+    from colossalai.booster import Booster
+
+    import colossalai.booster.plugin as plugins
+
+    name, kwargs = plugin_spec(layout)  # Chapter 7's constructors, as run on the GPU box
+    if args.overlap is not None and layout.plugin in ("zero", "hybrid"):
+        kwargs["overlap_communication"] = bool(args.overlap)  # ZeRO's gradient reduce during backward
+    plugin = getattr(plugins, name)(**kwargs)
+    booster = Booster(plugin=plugin)
+    model, opt, _, _, _ = booster.boost(model, make_optimizer(model, args, env.device))
+    return Trainer(layout, booster, model, opt, env.device, plugin), plugin, config, reference
+
+
+def run(layout, args, env) -> dict:
+    trainer, plugin, config, reference = build(layout, args, env)
+    losses, start, prof_steps = [], None, []
+    for k in range(args.warmup + args.steps):
+        if k == args.warmup:
+            sync(env.device)
+            start = time.perf_counter()
+        losses.append(trainer.step(k))
+    sync(env.device)
+    seconds = (time.perf_counter() - start) / args.steps
+    profile = None
+    if args.profile:
+        from torch.profiler import ProfilerActivity, profile as torch_profile
+
+        acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if env.is_gpu else [])
+        with torch_profile(activities=acts) as prof:
+            for k in range(args.profile):
+                trainer.step(args.warmup + args.steps + k)
+            sync(env.device)
+        profile = breakdown(prof, "cuda" if env.is_gpu else "cpu", args.profile)
+    tokens_per_s = layout.global_batch * layout.seq / seconds
+    del trainer, plugin
+    return dict(losses=[None if x is None else round(x, 4) for x in losses], reference=[round(x, 4) for x in reference],
+                seconds_per_step=round(seconds, 4), tokens_per_s=round(tokens_per_s),
+                mfu=round(mfu(config, layout.seq, tokens_per_s, env.world_size), 4), profile=profile,
+                params=llama_params(config))
+
+
+def parser() -> argparse.ArgumentParser:
+    """The command line (the recorder's tests parse its run lists with it)."""
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    TrainLayout.add_arguments(p)
+    p.add_argument("--framework", choices=["fsdp2", "colossal"], default="colossal")
+    p.add_argument("--steps", type=int, default=6, help="timed steps")
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--ref_steps", type=int, default=3)
+    p.add_argument("--lr", type=float, default=3e-4)
+    p.add_argument("--overlap", type=int, default=None, help="0/1: the plugin's overlap_communication")
+    p.add_argument("--mem_cap_gib", type=float, default=None)
+    p.add_argument("--profile", type=int, default=0, help="steps under the PyTorch profiler")
+    return p
+
+
+def layout_from(args) -> TrainLayout:
+    """The layout of the flags; FSDP2 borrows the 'hybrid' entry (any precision), data parallel only."""
+    if args.framework == "fsdp2":
+        if args.tp * args.pp > 1:
+            raise SystemExit("this demo runs FSDP2 as pure sharded data parallelism: --tp 1 --pp 1")
+        args.plugin = "hybrid"
+    return TrainLayout.from_namespace(args)
+
+
+def main() -> None:
+    args = parser().parse_args()
+    with distributed(timeout_s=120) as env:
+        layout = layout_from(args)
+        if not env.is_gpu:  # the gloo path: fp32, FSDP2 or TorchDDPPlugin, a tiny model
+            if args.framework == "colossal" and layout.plugin != "ddp":
+                raise SystemExit(f"{layout.plugin} needs one CUDA GPU per rank in Colossal-AI 0.5.0; on CPU "
+                                 "only --plugin ddp (TorchDDPPlugin, fp32) runs")
+            layout = TrainLayout.from_dict({**layout.__dict__, "shape": CPU_SHAPE, "precision": "fp32",
+                                            "seq": min(layout.seq, 64), "micro_batch": min(layout.micro_batch, 2)})
+        layout = TrainLayout.from_dict({**layout.__dict__, "world": env.world_size})
+        result = dict(framework=args.framework, layout=layout.name,
+                      plugin="fully_shard" if args.framework == "fsdp2" else layout.plugin, precision=layout.precision,
+                      tp=layout.tp, pp=layout.pp, zero_stage=layout.zero_stage, micro_batch=layout.micro_batch,
+                      microbatches=layout.microbatches, global_batch=layout.global_batch, seq=layout.seq,
+                      recompute=layout.recompute, overlap=args.overlap,
+                      optimizer="HybridAdam" if args.framework == "colossal" and env.is_gpu else "torch AdamW", gpus=env.world_size, oom=False,
+                      mem_cap_gib=args.mem_cap_gib, device=torch.cuda.get_device_name(env.device) if env.is_gpu else "cpu")
+        if env.is_gpu:
+            torch.backends.cuda.matmul.allow_tf32 = False
+            if args.mem_cap_gib:
+                total = torch.cuda.get_device_properties(env.device).total_memory
+                torch.cuda.set_per_process_memory_fraction(args.mem_cap_gib * 2**30 / total, env.device)
+            torch.cuda.reset_peak_memory_stats(env.device)
+        try:
+            result.update(run(layout, args, env))
+        except torch.OutOfMemoryError as e:  # the lab's "before": report it, do not crash
+            result.update(oom=True, error=str(e).splitlines()[0][:300])
+        if env.is_gpu:
+            result["peak_mib"] = round(torch.cuda.max_memory_allocated(env.device) / 2**20, 1)
+            result["reserved_mib"] = round(torch.cuda.max_memory_reserved(env.device) / 2**20, 1)
+        say(f"{args.framework} {layout.name}: " + ("OUT OF MEMORY" if result["oom"] else
+            f"{result['tokens_per_s']:,} tokens/s, MFU {result['mfu']:.1%}, losses {result['losses'][-2:]} "
+            f"(reference {result['reference'][:2]})"))
+        emit(**result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,65 @@
+"""Compute versus communication per rank, from the PyTorch profiler (Chapter 8's tuning runs).
+
+``breakdown(prof, device, steps)`` reads the events of a ``torch.profiler.profile`` run and sums,
+per step, the time the device spent in compute kernels, in communication kernels, and in
+communication that no compute kernel overlapped (exposed). Intervals are merged before they are
+summed, so nested or concurrent events are counted once. On GPUs the kernels are CUDA events and
+communication kernels are NCCL's (names start with ``nccl``); on the CPU (gloo) the collectives are
+the ``gloo:*`` / ``c10d::*`` operators and compute is every other ``aten::`` operator: a rough
+picture, since a CPU rank computes and waits on the same cores.
+
+Communication share (the seed's 通信占比) = comm / (comm + compute), with each side's merged time.
+"""
+
+from __future__ import annotations
+
+_COMM_WORDS = ("nccl", "gloo", "c10d::", "all_reduce", "allreduce", "all_gather", "allgather", "reduce_scatter",
+               "reducescatter", "broadcast", "all_to_all", "alltoall", "sendrecv")
+
+
+def is_comm(name: str) -> bool:
+    low = name.lower()
+    return any(w in low for w in _COMM_WORDS)
+
+
+def merged_length(intervals: list[tuple[float, float]]) -> float:
+    """Total length covered by ``intervals`` (each (start, end)), overlaps counted once."""
+    total, end = 0.0, float("-inf")
+    for a, b in sorted(intervals):
+        if b <= end:
+            continue
+        total += b - max(a, end)
+        end = b
+    return total
+
+
+def split(events: list[tuple[str, float, float]]) -> dict:
+    """{compute_us, comm_us, exposed_comm_us, comm_share} from (name, start_us, end_us) events."""
+    comm = [(a, b) for n, a, b in events if is_comm(n)]
+    compute = [(a, b) for n, a, b in events if not is_comm(n)]
+    t_comm, t_compute = merged_length(comm), merged_length(compute)
+    exposed = merged_length(comm + compute) - t_compute
+    share = t_comm / (t_comm + t_compute) if t_comm + t_compute else 0.0
+    return {"compute_us": t_compute, "comm_us": t_comm, "exposed_comm_us": exposed, "comm_share": share}
+
+
+def device_events(prof, device: str) -> list[tuple[str, float, float]]:
+    """(name, start, end) in µs of the kernels (cuda) or the aten/c10d operators (cpu) of a profile."""
+    from torch.autograd import DeviceType
+
+    out = []
+    for e in prof.events():
+        if device == "cuda" and e.device_type == DeviceType.CUDA:
+            out.append((e.name, e.time_range.start, e.time_range.end))
+        elif device == "cpu" and e.device_type == DeviceType.CPU and (e.name.startswith("aten::") or is_comm(e.name)):
+            out.append((e.name, e.time_range.start, e.time_range.end))
+    return out
+
+
+def breakdown(prof, device: str, steps: int) -> dict:
+    """Per-step milliseconds of compute, communication and exposed communication, and the share."""
+    parts = split(device_events(prof, device))
+    out = {k.replace("_us", "_ms"): round(v / 1000 / steps, 3) for k, v in parts.items() if k.endswith("_us")}
+    out["comm_share"] = round(parts["comm_share"], 4)
+    out["device"] = device
+    return out
