@@ -85,3 +85,47 @@ def adam_step_(param: torch.Tensor, grad: torch.Tensor, m: torch.Tensor, v: torc
     step_size = lr / (1 - beta1**step)
     denom = (v.sqrt() / math.sqrt(1 - beta2**step)).add_(eps)
     param.addcdiv_(m, denom, value=-step_size)
+
+
+class Zero1Adam:
+    """ZeRO-1 Adam for a list of tensors over one data-parallel group, in three collectives a step.
+
+    Used by Chapter 2's 3-D demo (``helpers/demos/ch02_3d.py --optimizer zero1``), where the tensors
+    are a rank's own tensor- and pipeline-parallel shards and the group is its data group: the
+    gradients are laid out in a padded flat buffer (:func:`flat_layout`), reduce-scattered and
+    averaged, this rank's slice takes an Adam step with its own m and v (:func:`adam_step_`), and
+    the updated slices are all-gathered back into every replica's tensors.
+    """
+
+    def __init__(self, tensors: list[torch.Tensor], group, lr: float) -> None:
+        import torch.distributed as dist
+
+        self.tensors, self.group, self.lr, self.step_count = tensors, group, lr, 0
+        self.world, rank = dist.get_world_size(group), dist.get_rank(group)
+        self.layout = flat_layout(sum(t.numel() for t in tensors), self.world)
+        self.own = self.layout.owned(rank)
+        self.m = torch.zeros(self.layout.shard, device=tensors[0].device)  # (s,) my slice's Adam state only
+        self.v = torch.zeros_like(self.m)
+
+    def _flat(self, parts: list[torch.Tensor]) -> torch.Tensor:
+        flat = torch.zeros(self.layout.padded, device=self.m.device)  # (N·s,)
+        flat[: self.layout.numel] = torch.cat([p.reshape(-1) for p in parts])
+        return flat
+
+    @torch.no_grad()
+    def step(self) -> None:
+        import torch.distributed as dist
+
+        grads = self._flat([t.grad for t in self.tensors])
+        mine = torch.empty_like(self.m)
+        dist.reduce_scatter_tensor(mine, grads, group=self.group)  # sum of my slice over the replicas
+        mine /= self.world
+        weights = self._flat([t for t in self.tensors])
+        self.step_count += 1
+        adam_step_(weights[self.own], mine, self.m, self.v, self.step_count, self.lr)
+        dist.all_gather_into_tensor(weights, weights[self.own].clone(), group=self.group)
+        offset = 0
+        for t in self.tensors:
+            t.copy_(weights[offset: offset + t.numel()].view_as(t))
+            t.grad = None
+            offset += t.numel()

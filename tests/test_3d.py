@@ -22,10 +22,25 @@ def test_3d_layout_matches_the_unsplit_model(nproc, pp, tp):
     assert len(runs) == nproc
     mesh = RankMesh.for_world(nproc, pp=pp, tp=tp)
     for r in runs:
-        assert r["dp"] == nproc // (pp * tp) and r["max_grad_diff"] < 1e-5
+        assert r["dp"] == nproc // (pp * tp) and r["max_grad_diff"] < 1e-5 and r["max_weight_diff"] < 1e-5
         assert r["losses"] == r["ref_losses"]  # 4 significant digits
         assert r["groups"] == {axis: mesh.group_of(r["rank"], axis) for axis in ("dp", "pp", "tp")}
     assert len({tuple(r["losses"]) for r in runs}) == 1  # every rank reports the same global loss
+
+
+def test_tensor_times_data_parallel_with_zero1_matches_unsharded_adam():
+    """tp=2 x dp=2 with ZeRO-1 (issue 7's 4-GPU layout, on gloo): Adam states sharded over each data
+    group; after every step the weight shards equal the unsplit model trained with plain Adam."""
+    import math
+
+    result = launch("ch02_3d", 4, ["--pp", "1", "--tp", "2", "--optimizer", "zero1", "--steps", "3", "--lr", "0.01"],
+                    timeout_s=240, show="none")
+    h, layers = 8, 4  # the demo's defaults: each rank holds A (h x 2h), a (2h), B (2h x h), b (h) per block
+    per_rank = layers * (h * 2 * h + 2 * h + 2 * h * h + h)
+    for r in result.results:
+        assert r["optimizer"] == "zero1" and r["max_grad_diff"] is None and r["max_weight_diff"] < 1e-5
+        assert r["losses"] == r["ref_losses"]
+        assert r["adam_state_elements"] == 2 * math.ceil(per_rank / 2)  # m and v for half of this rank's shards
 
 
 def test_3d_layout_refuses_a_world_that_does_not_factor():

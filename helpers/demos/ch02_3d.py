@@ -13,7 +13,8 @@ fastest); each rank holds one piece of the model and one slice of the data:
   backward pass each gradient is averaged over the data group (an all-reduce over D ranks).
 
 Each step every rank compares the loss and its own gradient shards with the unsplit model trained
-on the whole batch inside the rank; then both take the same SGD step, on a fresh batch each step.
+on the whole batch inside the rank; then both take the same optimizer step (SGD, Adam, or Adam with
+ZeRO-1 over the data group: :class:`helpers.zero.Zero1Adam`), on a fresh batch each step.
 
     python -m torch.distributed.run --nproc_per_node 8 -m helpers.demos.ch02_3d --pp 2 --tp 2
 """
@@ -29,6 +30,7 @@ from helpers.env import distributed, emit, say
 from helpers.mesh import RankMesh
 from helpers.pipeline import split_layers
 from helpers.tp import f, g, shard
+from helpers.zero import Zero1Adam, adam_step_
 
 
 def make_blocks(layers: int, hidden: int, seed: int, device) -> list[dict[str, torch.Tensor]]:
@@ -57,6 +59,16 @@ def my_shards(blocks, layers: list[int], tp_rank: int, tp: int) -> list[dict[str
              "a": shard(blocks[i]["a"], 0, tp_rank, tp).requires_grad_(),
              "B": shard(blocks[i]["B"], 0, tp_rank, tp).requires_grad_(),
              "b": blocks[i]["b"].detach().clone().requires_grad_()} for i in layers]
+
+
+def compare_shards(params, full, layers, tp_rank: int, tp: int, what: str, when: str) -> float:
+    """Max |difference| between this rank's shards (their ``.grad`` or ``.data``) and the same slices
+    of the unsplit model's; raises if any is outside the fp32 tolerance."""
+    diff = 0.0
+    for i, p in zip(layers, params):
+        want = my_shards([{k: getattr(v, what) for k, v in full[i].items()}], [0], tp_rank, tp)[0]
+        diff = max(diff, *(check_close(f"{when} layer {i} {what} {k}", getattr(p[k], what), want[k]) for k in p))
+    return diff
 
 
 def build_groups(mesh: RankMesh) -> dict[str, object]:
@@ -114,6 +126,8 @@ def main() -> None:
     parser.add_argument("--micro-batch", type=int, default=2, help="rows per micro-batch")
     parser.add_argument("--steps", type=int, default=2)
     parser.add_argument("--lr", type=float, default=0.1)
+    parser.add_argument("--optimizer", choices=("sgd", "adam", "zero1"), default="sgd",
+                        help="zero1: Adam with its states sharded over the data group")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     strict_fp32()
@@ -125,16 +139,18 @@ def main() -> None:
         full = make_blocks(args.layers, args.hidden, args.seed, dev)  # the reference, whole
         params = my_shards(full, stages[c["pp"]], c["tp"], args.tp)
         m, mb, h, last = args.micro, args.micro_batch, args.hidden, c["pp"] == args.pp - 1
-        losses, ref_losses, diffs = [], [], []
+        losses, ref_losses, diffs, weight_diffs = [], [], [], []
+        mine_t, full_t = [t for p in params for t in p.values()], [t for p in full for t in p.values()]
+        zero = Zero1Adam(mine_t, groups.get("dp"), args.lr) if args.optimizer == "zero1" else None
+        adam = {id(t): (torch.zeros_like(t), torch.zeros_like(t)) for t in mine_t + full_t}  # m, v per tensor
         for step in range(args.steps):
             x = randn(D * m * mb, h, seed=1000 + step, device=dev)  # (D·m·b, h): the global batch
             y = randn(D * m * mb, h, seed=2000 + step, device=dev)
             mine = slice(c["dp"] * m * mb, (c["dp"] + 1) * m * mb)  # this replica's rows
             loss = pipeline_step(params, x[mine].chunk(m), y[mine].chunk(m), c, mesh, groups.get("tp"), dev)
-            for p in params:  # data parallelism: average every gradient over the D replicas
-                for t in p.values():
-                    dist.all_reduce(t.grad, group=groups.get("dp"))
-                    t.grad /= D
+            for t in mine_t if zero is None else []:  # data parallelism: average every gradient over D
+                dist.all_reduce(t.grad, group=groups.get("dp"))
+                t.grad /= D
             held = torch.zeros(2, device=dev) if loss is None else torch.stack([torch.ones((), device=dev), loss])
             dist.all_reduce(held)  # the last stages' replica losses: mean over replicas = global loss
             losses.append(held[1] / held[0])
@@ -145,25 +161,34 @@ def main() -> None:
             ref.backward()
             ref_losses.append(ref.detach())
             check_close(f"step {step} loss", losses[-1], ref)
-            diff = 0.0
-            for i, p in zip(stages[c["pp"]], params):
-                want = my_shards([{k: v.grad for k, v in full[i].items()}], [0], c["tp"], args.tp)[0]
-                diff = max(diff, *(check_close(f"step {step} layer {i} grad {k}", p[k].grad, want[k]) for k in p))
-            diffs.append(global_max(diff, dev))
-            with torch.no_grad():  # the same SGD step on the pieces and on the whole
-                for t in [t for p in params for t in p.values()] + [t for p in full for t in p.values()]:
-                    t -= args.lr * t.grad
+            if zero is None:  # under ZeRO-1 a replica never holds the averaged gradient: weights are checked
+                diffs.append(global_max(compare_shards(params, full, stages[c["pp"]], c["tp"], args.tp, "grad",
+                                                       f"step {step}"), dev))
+            if zero is not None:  # ZeRO-1: reduce-scatter, Adam on my slice, all-gather
+                zero.step()
+            with torch.no_grad():  # the same step on the pieces (unless ZeRO did it) and on the whole
+                for t in (full_t if zero is not None else mine_t + full_t):
+                    if args.optimizer == "sgd":
+                        t -= args.lr * t.grad
+                    else:
+                        adam_step_(t, t.grad, *adam[id(t)], step + 1, args.lr)
                     t.grad = None
+            weight_diffs.append(global_max(compare_shards(params, full, stages[c["pp"]], c["tp"], args.tp, "data",
+                                                          f"after step {step}"), dev))
         if env.rank == 0:
             say(f"G = {env.world_size} = D {D} x P {args.pp} x T {args.tp} ({env.backend}); "
                 f"layers per stage {stages}, global batch {D * m * mb} = D x {m} micro-batches x {mb}")
-            for step, (a, b, d) in enumerate(zip(losses, ref_losses, diffs)):
-                say(f"step {step}: loss {sig(a.item())} (unsplit {sig(b.item())}), max |grad - unsplit| {d:.1e}")
+            for step, (a, b, w) in enumerate(zip(losses, ref_losses, weight_diffs)):
+                grads = f", max |grad - unsplit| {diffs[step]:.1e}" if diffs else ""
+                say(f"step {step}: loss {sig(a.item())} (unsplit {sig(b.item())}){grads}, "
+                    f"weights after the {args.optimizer} step within {w:.1e}")
             say("OK: the 3-D run matches the unsplit model")
         emit(coords=c, groups={axis: mesh.group_of(env.rank, axis) for axis in ("dp", "pp", "tp")},
              layers=stages[c["pp"]], losses=[sig(x.item()) for x in losses],
-             ref_losses=[sig(x.item()) for x in ref_losses], max_grad_diff=max(diffs), dp=D, pp=args.pp,
-             tp=args.tp, world_size=env.world_size, backend=env.backend)
+             ref_losses=[sig(x.item()) for x in ref_losses], max_grad_diff=max(diffs, default=None),
+             max_weight_diff=max(weight_diffs), dp=D, pp=args.pp,
+             tp=args.tp, world_size=env.world_size, backend=env.backend, optimizer=args.optimizer,
+             adam_state_elements=2 * zero.layout.shard if zero else None)
 
 
 if __name__ == "__main__":
