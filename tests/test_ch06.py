@@ -114,3 +114,15 @@ def test_mapping_rows():
     rows = fw.mapping_rows(cfg, procs)
     assert rows[0]["Megatron-LM"] == "--tensor-model-parallel-size 2" and rows[0]["Colossal-AI"] == "tp_size = 2"
     assert rows[3]["Megatron-LM"] == "--use-distributed-optimizer"
+
+
+def test_page_quotes_the_stored_cpu_losses():
+    import json
+
+    page = (ROOT / "book/06_frameworks.md").read_text()
+    nb = json.loads((ROOT / "notebooks/06_frameworks.ipynb").read_text())
+    text = "".join("".join(o.get("text", "")) for c in nb["cells"] if c["cell_type"] == "code" for o in c.get("outputs", []))
+    line = next(ln for ln in text.splitlines() if ln.startswith("fsdp2"))
+    losses = line.split("[")[1].split("]")[0].split(", ")
+    assert "(" + ", ".join(f"{float(x):.3f}" for x in losses) + ")" in page
+    assert "still to be recorded" in page and "python -m helpers.chapter08 --record --parts compare" in page

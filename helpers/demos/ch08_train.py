@@ -34,7 +34,7 @@ def make_optimizer(model, args, device):
         from colossalai.nn.optimizer import HybridAdam  # Gemini accepts only Colossal-AI's Adam kernels
 
         return HybridAdam(model.parameters(), lr=args.lr, weight_decay=0.01)  # = AdamW's default decay
-    return torch.optim.AdamW(model.parameters(), lr=args.lr, fused=device.type == "cuda")
+    return torch.optim.AdamW(model.parameters(), lr=args.lr)  # foreach on CUDA; works on FSDP2's DTensors
 
 
 class FSDP2Trainer:
