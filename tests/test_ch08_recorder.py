@@ -71,3 +71,13 @@ def test_cpu_path_matches_reference(framework):
     mean = [(a + b) / 2 for a, b in zip(r0["losses"], r1["losses"])]
     assert max(abs(a - b) for a, b in zip(mean, r0["reference"])) < 2e-3
     assert r0["profile"]["device"] == "cpu" and r0["profile"]["comm_ms"] > 0 and not r0["oom"]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(__import__("helpers.env").env.gpu_count() < 2, reason="needs at least two CUDA GPUs")
+def test_quick_recording_runs_on_gpus():
+    recorded = chapter08.record(list(chapter08.PARTS), quick=True, budget_s=600, save_results=False)
+    runs = [r for part in recorded.values() for r in part if "name" in r]
+    assert runs and all(r["ok"] for r in runs), [r.get("error", "")[-300:] for r in runs if not r["ok"]]
+    oom = [r for r in recorded["oom"] if "name" in r]
+    assert oom[0]["results"][0]["oom"] and not oom[1]["results"][0]["oom"]  # capped DDP fails, ZeRO-2 fits
