@@ -58,6 +58,18 @@ def make_plugin(args):
     )
 
 
+def plugin_step(booster, model, opt, batch, pipelined: bool, last_stage: bool, device):
+    """Forward and backward of one step under the plugin (the caller steps the optimizer):
+    (loss, model output), the loss where it lives (the last stage under pp, else 0) and no output
+    under pp. Also used by Chapter 9's benchmark (helpers/demos/ch09_hybrid.py)."""
+    if pipelined:
+        out = booster.execute_pipeline(iter([batch]), model, lambda o, _: o.loss, opt, return_loss=True)
+        return (out["loss"] if last_stage else torch.zeros((), device=device)), None
+    out = model(**batch)
+    booster.backward(out.loss, opt)
+    return out.loss, out
+
+
 def train_plugin(model, batches, args, device):
     from colossalai.booster import Booster
 
@@ -74,12 +86,7 @@ def train_plugin(model, batches, args, device):
             sync(device)
             start = time.perf_counter()
         batch = {n: t.to(device) for n, t in shard_batch(full, dp_rank, dp_size).items()}
-        if args.pp > 1:
-            out = booster.execute_pipeline(iter([batch]), model, lambda o, _: o.loss, opt, return_loss=True)
-            loss = out["loss"] if last_stage else torch.zeros((), device=device)
-        else:
-            loss = model(**batch).loss
-            booster.backward(loss, opt)
+        loss, _ = plugin_step(booster, model, opt, batch, args.pp > 1, last_stage, device)
         opt.step()
         opt.zero_grad()
         losses.append(loss.detach().float().clone())

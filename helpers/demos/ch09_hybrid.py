@@ -25,11 +25,13 @@ import time
 import torch
 import torch.distributed as dist
 
-from helpers.demos.ch01_hybrid import DTYPES, make_plugin, train_reference_mixed
+from helpers.demos.ch01_hybrid import DTYPES, make_plugin, plugin_step, train_reference_mixed
 from helpers.env import distributed, emit, say, sync
+from helpers.mfu import H200_BF16_PEAK, mfu as book_mfu
+from helpers.mfu import flops_per_token as model_flops_per_token
 from helpers.tinyllama import build_llama, llama_config, llama_params, shard_batch, token_batch
 
-PEAK_FLOPS = 989.5e12  # H100/H200 SXM dense bf16
+PEAK_FLOPS = H200_BF16_PEAK  # H100/H200 SXM dense bf16 (helpers.mfu)
 PRESETS = {  # name: llama_config kwargs
     "tiny": dict(layers=4, hidden=256, heads=8, vocab=128),
     "1b": dict(layers=16, hidden=2048, heads=16, vocab=32000),  # 0.94 B, known-facts' model
@@ -38,13 +40,15 @@ PRESETS = {  # name: llama_config kwargs
 
 
 def flops_per_token(config, seq: int) -> float:
-    """6N + 12·L·h·s with N = parameters less the input embedding (it is a lookup)."""
+    """helpers.mfu's 6N + 12·L·h·s with N = the parameters that do matmuls (all but the input
+    embedding, which is a lookup)."""
     n = llama_params(config) - config.vocab_size * config.hidden_size
-    return 6 * n + 12 * config.num_hidden_layers * config.hidden_size * seq
+    return model_flops_per_token(n, config.num_hidden_layers, config.hidden_size, seq)
 
 
 def mfu(config, seq: int, tokens_per_s: float, gpus: int) -> float:
-    return flops_per_token(config, seq) * tokens_per_s / (gpus * PEAK_FLOPS)
+    """The book's one MFU (helpers.mfu.mfu) for a Llama config; 0 when nothing was measured."""
+    return book_mfu(tokens_per_s, flops_per_token(config, seq), gpus) if tokens_per_s > 0 else 0.0
 
 
 def make_optimizer(model, lr: float, name: str):
@@ -85,15 +89,9 @@ def train(model, batches, args, device):
             sync(device)
             start = time.perf_counter()
         batch = {n: t.to(device) for n, t in shard_batch(full, dp_rank, dp_size).items()}
-        if args.pp > 1:
-            out = booster.execute_pipeline(iter([batch]), model, lambda o, _: o.loss, opt, return_loss=True)
-            loss = out["loss"] if last_stage else torch.zeros((), device=device)
-        else:
-            out = model(**batch)
-            loss = out.loss
-            booster.backward(loss, opt)
-            if args.watch:
-                watched.append(dict(step=k, loss=loss.item(), **watch_step(model, out, None)))
+        loss, out = plugin_step(booster, model, opt, batch, args.pp > 1, last_stage, device)
+        if args.watch and out is not None:  # gradients are there until the optimizer step
+            watched.append(dict(step=k, loss=loss.item(), **watch_step(model, out, None)))
         opt.step()
         opt.zero_grad()
         losses.append(loss.detach().float().clone())
