@@ -20,12 +20,11 @@ run is recorded with its error and the recording goes on):
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
 import time
 
 from helpers.chapter09 import run_one
-from helpers.results import save
+from helpers.results import recorder_main, save
 
 DEMO = "ch08_train"
 PARTS = ("compare", "oom", "tune")
@@ -142,18 +141,7 @@ def record(parts: list[str], quick: bool, budget_s: float, save_results: bool, s
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--record", action="store_true", help="write results/<hardware>/ch08_<part>.json")
-    parser.add_argument("--quick", action="store_true", help="small runs of every part (ch08_quick.json)")
-    parser.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated subset of {PARTS}")
-    parser.add_argument("--budget_s", type=float, default=570, help="skip the runs that would start after this")
-    parser.add_argument("--show", choices=("none", "rank0", "all"), default="none", help="stream the ranks' output")
-    args = parser.parse_args()
-    parts = [p for p in args.parts.split(",") if p]
-    for p in parts:
-        if p not in PARTS:
-            parser.error(f"unknown part {p!r}: one of {PARTS}")
-    record(parts, args.quick, args.budget_s, args.record, args.show)
+    recorder_main(__doc__, "ch08", PARTS, record, 570)
 
 
 if __name__ == "__main__":

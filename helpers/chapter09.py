@@ -17,14 +17,13 @@ recording goes on. Nothing here needs a GPU to import: the tests check the run l
 
 from __future__ import annotations
 
-import argparse
 import json
 import shlex
 import time
 
 from helpers.env import RESULT_PREFIX
 from helpers.launch import LaunchError, launch, torchrun_command
-from helpers.results import save
+from helpers.results import recorder_main, save
 
 NPROC = 2
 PARTS = ("resnet", "hybrid", "nan", "moe", "sp")
@@ -170,18 +169,7 @@ def record(parts: list[str], quick: bool, budget_s: float, save_results: bool, s
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--record", action="store_true", help="write results/<hardware>/ch09_<part>.json")
-    parser.add_argument("--quick", action="store_true", help="one small run per part (ch09_quick.json)")
-    parser.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated subset of {PARTS}")
-    parser.add_argument("--budget_s", type=float, default=540, help="skip the runs that would start after this")
-    parser.add_argument("--show", choices=("none", "rank0", "all"), default="none", help="stream the ranks' output")
-    args = parser.parse_args()
-    parts = [p for p in args.parts.split(",") if p]
-    for p in parts:
-        if p not in PARTS:
-            parser.error(f"unknown part {p!r}: one of {PARTS}")
-    record(parts, args.quick, args.budget_s, args.record, args.show)
+    recorder_main(__doc__, "ch09", PARTS, record, 540)
 
 
 if __name__ == "__main__":

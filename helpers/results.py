@@ -99,3 +99,23 @@ def format_table(rows: list[dict], columns: list[str]) -> str:
     widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(columns)]
     line = lambda vals: "  ".join(v.ljust(w) for v, w in zip(vals, widths)).rstrip()
     return "\n".join([line(columns), line(["-" * w for w in widths])] + [line(r) for r in cells])
+
+
+def recorder_main(doc: str, chapter: str, parts: tuple[str, ...], record, budget_s: float) -> None:
+    """The command line shared by the chapters' GPU recorders that come in parts (Chapters 8, 9):
+    ``python -m helpers.chapterNN --record [--quick] [--parts a,b] [--budget_s S] [--show ...]``,
+    then ``record(parts, quick, budget_s, save_results, show)``."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=doc.split("\n")[0])
+    parser.add_argument("--record", action="store_true", help=f"write results/<hardware>/{chapter}_<part>.json")
+    parser.add_argument("--quick", action="store_true", help=f"small runs of every part ({chapter}_quick.json)")
+    parser.add_argument("--parts", default=",".join(parts), help=f"comma-separated subset of {parts}")
+    parser.add_argument("--budget_s", type=float, default=budget_s, help="skip the runs that would start after this")
+    parser.add_argument("--show", choices=("none", "rank0", "all"), default="none", help="stream the ranks' output")
+    args = parser.parse_args()
+    chosen = [p for p in args.parts.split(",") if p]
+    for p in chosen:
+        if p not in parts:
+            parser.error(f"unknown part {p!r}: one of {parts}")
+    record(chosen, args.quick, args.budget_s, args.record, args.show)
