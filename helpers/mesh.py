@@ -92,3 +92,17 @@ class RankMesh:
             if getattr(self, axis) > 1:
                 lines.append(f"  {axis} groups: {self.groups(axis)}")
         return "\n".join(lines)
+
+
+def process_groups(mesh: RankMesh, axes: tuple[str, ...]) -> dict[str, object]:
+    """This rank's process group along each of ``axes``: every rank creates every group of the grid
+    (``torch.distributed.new_group`` must be entered by all ranks, in the same order). Chapter 2's 3-D demo."""
+    import torch.distributed as dist
+
+    mine = {}
+    for axis in axes:
+        for ranks in mesh.groups(axis):
+            group = dist.new_group(ranks)
+            if dist.get_rank() in ranks:
+                mine[axis] = group
+    return mine

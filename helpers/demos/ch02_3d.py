@@ -27,38 +27,10 @@ import torch.nn.functional as F
 
 from helpers.compare import check_close, global_max, randn, sig, strict_fp32
 from helpers.env import distributed, emit, say
-from helpers.mesh import RankMesh
+from helpers.mesh import RankMesh, process_groups
 from helpers.pipeline import split_layers
-from helpers.tp import f, g, shard
+from helpers.tp import mlp_block, mlp_blocks, shard_mlp_blocks
 from helpers.zero import Zero1Adam, adam_step_
-
-
-def make_blocks(layers: int, hidden: int, seed: int, device) -> list[dict[str, torch.Tensor]]:
-    """The unsplit model: per block A (h, 4h), a (4h,), B (4h, h), b (h,); same on every rank."""
-    gen = torch.Generator().manual_seed(seed)
-    blocks = []
-    for _ in range(layers):
-        blocks.append({"A": torch.randn(hidden, 4 * hidden, generator=gen) / hidden**0.5,
-                       "a": torch.randn(4 * hidden, generator=gen) * 0.1,
-                       "B": torch.randn(4 * hidden, hidden, generator=gen) / (4 * hidden) ** 0.5,
-                       "b": torch.randn(hidden, generator=gen) * 0.1})
-    return [{k: v.to(device).requires_grad_() for k, v in blk.items()} for blk in blocks]
-
-
-def block(x, p, group=None):
-    """One MLP block; with ``group`` the tensor-parallel version (p holds this rank's shards)."""
-    if group is None:
-        return x + F.gelu(x @ p["A"] + p["a"]) @ p["B"] + p["b"]
-    partial = F.gelu(f(x, group) @ p["A"] + p["a"]) @ p["B"]  # (mb, h): this rank's share of the sum
-    return x + g(partial, group) + p["b"]
-
-
-def my_shards(blocks, layers: list[int], tp_rank: int, tp: int) -> list[dict[str, torch.Tensor]]:
-    """This rank's pieces: its stage's blocks, A and a by columns, B by rows, b whole."""
-    return [{"A": shard(blocks[i]["A"], 1, tp_rank, tp).requires_grad_(),
-             "a": shard(blocks[i]["a"], 0, tp_rank, tp).requires_grad_(),
-             "B": shard(blocks[i]["B"], 0, tp_rank, tp).requires_grad_(),
-             "b": blocks[i]["b"].detach().clone().requires_grad_()} for i in layers]
 
 
 def compare_shards(params, full, layers, tp_rank: int, tp: int, what: str, when: str) -> float:
@@ -66,20 +38,9 @@ def compare_shards(params, full, layers, tp_rank: int, tp: int, what: str, when:
     of the unsplit model's; raises if any is outside the fp32 tolerance."""
     diff = 0.0
     for i, p in zip(layers, params):
-        want = my_shards([{k: getattr(v, what) for k, v in full[i].items()}], [0], tp_rank, tp)[0]
+        want = shard_mlp_blocks([{k: getattr(v, what) for k, v in full[i].items()}], [0], tp_rank, tp)[0]
         diff = max(diff, *(check_close(f"{when} layer {i} {what} {k}", getattr(p[k], what), want[k]) for k in p))
     return diff
-
-
-def build_groups(mesh: RankMesh) -> dict[str, object]:
-    """One process group per slice of the grid; every rank creates every group, in the same order."""
-    mine = {}
-    for axis in ("tp", "dp"):
-        for ranks in mesh.groups(axis):
-            group = dist.new_group(ranks)
-            if dist.get_rank() in ranks:
-                mine[axis] = group
-    return mine
 
 
 def pipeline_step(params, xs, ys, coords, mesh, tp_group, device):
@@ -97,7 +58,7 @@ def pipeline_step(params, xs, ys, coords, mesh, tp_group, device):
             inp.requires_grad_()
         out = inp
         for p in params:
-            out = block(out, p, tp_group)
+            out = mlp_block(out, p, tp_group)
         if nxt is None:
             losses.append(F.mse_loss(out, y) / len(xs))
         else:
@@ -134,10 +95,10 @@ def main() -> None:
     with distributed() as env:
         mesh = RankMesh.for_world(env.world_size, pp=args.pp, tp=args.tp)  # D = G / (P·T), checked there
         c, dev, D = mesh.coords(env.rank), env.device, mesh.dp
-        groups = build_groups(mesh)
+        groups = process_groups(mesh, ("tp", "dp"))
         stages = split_layers(args.layers, args.pp)
-        full = make_blocks(args.layers, args.hidden, args.seed, dev)  # the reference, whole
-        params = my_shards(full, stages[c["pp"]], c["tp"], args.tp)
+        full = mlp_blocks(args.layers, args.hidden, args.seed, dev)  # the reference, whole
+        params = shard_mlp_blocks(full, stages[c["pp"]], c["tp"], args.tp)
         m, mb, h, last = args.micro, args.micro_batch, args.hidden, c["pp"] == args.pp - 1
         losses, ref_losses, diffs, weight_diffs = [], [], [], []
         mine_t, full_t = [t for p in params for t in p.values()], [t for p in full for t in p.values()]
@@ -156,7 +117,7 @@ def main() -> None:
             losses.append(held[1] / held[0])
             out = x  # the reference: every block, the whole batch
             for p in full:
-                out = block(out, p)
+                out = mlp_block(out, p)
             ref = F.mse_loss(out, y)
             ref.backward()
             ref_losses.append(ref.detach())
