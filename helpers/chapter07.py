@@ -107,25 +107,6 @@ def table_rows(records: list[dict]) -> list[dict]:
     return rows
 
 
-def logged_peaks(record: dict) -> list[dict]:
-    """Peaks a failed run's rank 0 printed before it crashed (its log line, kept in the error text).
-
-    Not a recorded measurement: one rank only, and the run did not reach its RESULT line."""
-    import re
-
-    from helpers.memory_llama import predict
-
-    rows = []
-    for run in record["runs"]:
-        m = re.search(r"\[rank0\] (.+?): peak (\d+) MiB", run.get("error", ""))
-        if m and m.group(1) == run["name"]:
-            predicted = predict(layout_named(run["name"]), rank=0)["peak"] / MIB
-            logged = int(m.group(2))
-            rows.append({"layout": run["name"], "rank 0 logged MiB": logged, "predicted MiB": f"{predicted:.0f}",
-                         "difference %": f"{100 * (predicted - logged) / logged:+.1f}"})
-    return rows
-
-
 def measured_rows(record: dict) -> list[dict]:
     """summary() of every recorded layout that produced a measurement."""
     return [r for r in map(summary, record["runs"]) if r.get("measured")]
@@ -270,14 +251,32 @@ def show_recorded() -> str:
     return describe(record) + "\n\n" + format_table(rows, list(rows[0]))
 
 
-def _earlier_runs(name: str) -> list[dict]:
-    """Runs already recorded on this machine's hardware (kept when --only re-records a few)."""
+def _earlier_record(name: str) -> dict | None:
+    """The record already on this machine's hardware (kept when --only re-records a few)."""
     import json
 
     from helpers.results import RESULTS_DIR, hardware
 
     path = RESULTS_DIR / hardware() / f"{name}.json"
-    return json.loads(path.read_text())["runs"] if path.exists() else []
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def merge_runs(earlier: dict | None, records: list[dict]) -> list[dict]:
+    """``records`` plus the earlier record's other runs, each stamped with the provenance it was made with."""
+    done = {r["name"] for r in records}
+    kept = [{**r, "provenance": r.get("provenance", earlier["provenance"])}
+            for r in (earlier or {}).get("runs", []) if r["name"] not in done]
+    return kept + records
+
+
+def carried_over(record: dict) -> list[str]:
+    """One line per earlier recording whose runs a --only re-recording kept (commit, date, count)."""
+    groups: dict[tuple, int] = {}
+    for r in record["runs"]:
+        if "provenance" in r:
+            key = (r["provenance"].get("git_commit", "?")[:10], r["provenance"].get("date", "?"))
+            groups[key] = groups.get(key, 0) + 1
+    return [f"{n} runs carried over from the recording of {date} at commit {commit}" for (commit, date), n in groups.items()]
 
 
 def main() -> None:
@@ -287,9 +286,10 @@ def main() -> None:
     parser.add_argument("--only", nargs="*", default=None, help="layout names to run")
     args = parser.parse_args()
     names = args.only or (QUICK if args.quick else [x.name for x in LAYOUTS])
-    command = "python -m helpers.chapter07 --record" + (" --quick" if args.quick else "")
+    command = "python -m helpers.chapter07 --record" + (" --quick" if args.quick else "") + \
+        ("".join(f' --only "{n}"' for n in args.only) if args.only else "")
     name = "ch07_memory_quick" if args.quick else "ch07_memory"
-    earlier = _earlier_runs(name) if args.only and args.record else []  # --only re-runs some layouts
+    earlier = _earlier_record(name) if args.only and args.record else None  # --only re-runs some layouts
     records = []
     for i, layout_name in enumerate(names, 1):
         print(f"[{i}/{len(names)}] {layout_name} ...", flush=True)
@@ -297,8 +297,7 @@ def main() -> None:
         records.append(run_layout(layout_named(layout_name), timeout_s=480 if i == 1 else 180, show="none"))
         print(f"[{i}/{len(names)}] {table_rows(records[-1:])[0]} ({records[-1]['seconds']} s)", flush=True)
         if args.record:  # saved after every layout: a recording cut short keeps what it measured
-            done = {r["name"] for r in records}
-            path = save(name, [r for r in earlier if r["name"] not in done] + records, command)
+            path = save(name, merge_runs(earlier, records), command)
     rows = table_rows(records)
     print(format_table(rows, list(dict.fromkeys(k for r in rows for k in r))))
     if args.record:
