@@ -1,11 +1,15 @@
 """Tables for Chapters 6 and 8 from the recorded GPU runs (``helpers.chapter08``), and the
 communication model's case for keeping tensor parallelism inside a node.
 
-A part that is not recorded yet yields no rows and :func:`missing` says which command records it;
-nothing here invents a number.
+Used by ``notebooks/06_frameworks.ipynb`` and ``notebooks/08_troubleshooting.ipynb``. A part that
+is not recorded yet yields no rows and :func:`missing` says which command records it; nothing here
+invents a number. :func:`loss_verdict` marks a run whose loss is not finite or departs from the
+single-GPU reference: its speed does not count.
 """
 
 from __future__ import annotations
+
+import math
 
 from helpers.comm import NOMINAL_LINKS, ops_time, tp_layer_ops
 from helpers.demos.ch09_hybrid import PEAK_FLOPS
@@ -43,24 +47,64 @@ def _mean_losses(results: list[dict]) -> list[float]:
     return out
 
 
-def _summary(run: dict) -> dict:
+def loss_verdict(results: list[dict], tolerance: float = 0.05) -> dict:
+    """Whether a run's losses count: {'valid': bool, 'reason': str}.
+
+    A run is invalid when its mean loss (over the ranks that report one) is not finite at some step,
+    or departs from the single-GPU reference (same global batches, trained first on every rank) by
+    more than ``tolerance`` at a step the reference covers. A fast run with a wrong loss measures
+    nothing (Chapter 6's Gemini run: NaN from the third step on).
+    """
+    mean = _mean_losses(results)
+    bad = next((k for k, x in enumerate(mean) if not math.isfinite(x)), None)
+    if bad is not None:
+        return {"valid": False, "reason": f"loss not finite from step {bad + 1} on"}
+    ref = next((r["reference"] for r in results if r.get("reference")), [])
+    diffs = [abs(a - b) for a, b in zip(mean, ref)]
+    if diffs and max(diffs) > tolerance:
+        return {"valid": False, "reason": f"loss departs from the reference by {max(diffs):.3f}"}
+    return {"valid": True, "reason": f"within {tolerance} of the reference" if ref else "finite (no reference)"}
+
+
+def point(run: dict) -> dict:
+    """The numbers of one recorded run: rank 0's throughput and MFU, the peak over ranks, each rank's
+    profile, the loss verdict; ``oom`` when a rank ran out of memory, ``failed`` when it did not run."""
     res = run.get("results", [])
-    row = {"run": run["name"], "ok": "yes" if run.get("ok") else "FAILED"}
     if not res:
-        row["note"] = (run.get("error") or "").strip().splitlines()[-1][:120] if run.get("error") else ""
-        return row
+        return {"name": run["name"], "failed": True, "error": (run.get("error") or "").strip()}
     r0 = res[0]
-    if r0.get("oom"):
-        row.update(note="out of memory (caught)", **{"peak GiB": round(max(r.get("peak_mib", 0) for r in res) / 1024, 2)})
+    out = {"name": run["name"], "failed": False, "oom": any(r.get("oom") for r in res),
+           "peak_gib": max(r.get("peak_mib", 0) for r in res) / 1024,
+           "peak_gib_per_rank": [r.get("peak_mib", 0) / 1024 for r in res]}
+    if out["oom"]:
+        return out
+    return {**out, "tokens_per_s": r0["tokens_per_s"], "tokens_per_s_per_gpu": r0["tokens_per_s"] / r0["gpus"],
+            "mfu": r0["mfu"], "global_batch": r0["global_batch"], "seconds_per_step": r0["seconds_per_step"], "losses": _mean_losses(res),
+            "profiles": [r.get("profile") for r in res], **loss_verdict(res)}
+
+
+def points(part: str) -> list[dict]:
+    """:func:`point` of every recorded run of ``part`` (empty when not recorded)."""
+    record = recorded(part)
+    return [] if record is None else [point(r) for r in _runs(record)]
+
+
+def _summary(run: dict) -> dict:
+    p = point(run)
+    row = {"run": run["name"], "ok": "yes" if run.get("ok") else "FAILED"}
+    if p["failed"]:
+        row["note"] = p["error"].splitlines()[-1][:120] if p["error"] else ""
         return row
-    mean = _mean_losses(res)
-    ref = r0.get("reference") or []
-    diff = max((abs(a - b) for a, b in zip(mean, ref)), default=None)
-    shares = [r["profile"]["comm_share"] for r in res if r.get("profile")]
-    row.update({"tokens/s": f"{r0['tokens_per_s']:,}", "MFU": f"{r0['mfu']:.1%}",
-                "peak GiB": round(max(r.get("peak_mib", 0) for r in res) / 1024, 2),
-                "loss vs reference": "—" if diff is None else f"{diff:.3f}",
-                "comm share per rank": " / ".join(f"{s:.0%}" for s in shares)})
+    if p["oom"]:
+        row.update(note="out of memory (caught)", **{"peak GiB": round(p["peak_gib"], 2)})
+        return row
+    ref = next((r["reference"] for r in run["results"] if r.get("reference")), [])
+    diffs = [abs(a - b) for a, b in zip(p["losses"], ref)]
+    diff = "—" if not diffs else "NaN" if not all(map(math.isfinite, diffs)) else f"{max(diffs):.3f}"
+    row.update({"tokens/s": f"{p['tokens_per_s']:,}", "MFU": f"{100 * p['mfu']:.2f} %", "peak GiB": round(p["peak_gib"], 2),
+                "loss vs reference": diff,
+                "valid": "yes" if p["valid"] else "NO: " + p["reason"],
+                "comm share per rank": " / ".join(f"{q['comm_share']:.0%}" for q in p["profiles"] if q)})
     return row
 
 
@@ -70,34 +114,39 @@ def rows(part: str) -> list[dict]:
     return [] if record is None else [_summary(r) for r in _runs(record)]
 
 
+def info(part: str) -> dict:
+    """The recorder's notes for a part (DeepSpeed importable; the OOM cap and predictions), or {}."""
+    record = recorded(part)
+    return {} if record is None else next((r["info"] for r in record["runs"] if "info" in r), {})
+
+
 def oom_info() -> dict | None:
-    record = recorded("oom")
-    return None if record is None else next((r["info"] for r in record["runs"] if "info" in r), None)
+    return info("oom") or None
 
 
-# -- Chapter 6: when to choose which ------------------------------------------------------------
-def decision_rows() -> list[dict]:
-    """The seed's "when to choose which", each row with the evidence the book has for it."""
-    compare = {r["run"]: r for r in rows("compare")}
-    fsdp = next((r for k, r in compare.items() if "FSDP2" in k), None)
-    zero = next((r for k, r in compare.items() if "LowLevelZero" in k), None)
-    tp = next((r for k, r in compare.items() if "tp=2" in k), None)
-    pending = "pending: " + RECORD_COMMAND.format(part="compare")
-    fmt = lambda r: f"{r['run']}: MFU {r.get('MFU', '—')}, peak {r.get('peak GiB', '—')} GiB" if r else pending  # noqa: E731
-    return [
-        {"situation": "the model fits one GPU once its model states are sharded over data parallelism",
-         "choose": "ZeRO / FSDP (DeepSpeed ZeRO, Colossal-AI LowLevelZero/Gemini, PyTorch FSDP2)",
-         "evidence": f"{fmt(fsdp)}; {fmt(zero)}"},
-        {"situation": "one layer's weights or activations do not fit one GPU (tens to hundreds of billions)",
-         "choose": "tensor (+ sequence) parallelism inside a node: Megatron-LM, or Colossal-AI HybridParallel",
-         "evidence": f"{fmt(tp)} (on 2 GPUs TP costs throughput; it buys memory per layer, Chapter 7)"},
-        {"situation": "one configuration for TP, PP, SP and ZeRO together, Hugging Face models as they are",
-         "choose": "Colossal-AI (plugins + shardformer policies)",
-         "evidence": "Chapter 4's config → plugin mapping and this chapter's converters (tests)"},
-        {"situation": "pure data parallelism, no new framework wanted",
-         "choose": "PyTorch FSDP2 (fully_shard)",
-         "evidence": fmt(fsdp)},
-    ]
+def profile_rows(part: str) -> list[dict]:
+    """Per run and rank: compute, communication and exposed communication (ms per step) and the share."""
+    out = []
+    for p in points(part):
+        for rank, q in enumerate(p.get("profiles") or []):
+            if q:
+                out.append({"run": p["name"], "rank": rank, "compute ms": q["compute_ms"], "comm ms": q["comm_ms"],
+                            "exposed comm ms": q["exposed_comm_ms"], "comm share": f"{q['comm_share']:.0%}"})
+    return out
+
+
+def oom_rows() -> list[dict]:
+    """The OOM lab: predicted peak (Chapter 7's model), measured peak, the cap, the outcome, throughput."""
+    cap, predicted = oom_info()["cap_gib"], oom_info()["predicted_peak_gib"]
+    out = []
+    for p in points("oom"):
+        pred = predicted.get(p["name"]) or predicted.get(p["name"].replace("no cap", "capped"))
+        capped = "no cap" not in p["name"]
+        out.append({"run": p["name"], "predicted GiB": pred, "measured peak GiB": round(p["peak_gib"], 2),
+                    "cap GiB": cap if capped else "—",
+                    "outcome": "out of memory" if p["oom"] else "fits" if capped else "runs",
+                    "tokens/s": "—" if p["oom"] else f"{p['tokens_per_s']:,}"})
+    return out
 
 
 # -- Chapter 8: keep tensor parallelism inside a node ------------------------------------------

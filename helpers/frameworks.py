@@ -229,3 +229,49 @@ def mapping_rows(cfg: TrainConfig, procs: int | None = None) -> list[dict]:
          "Megatron-LM": f"--{t.precision}" if t.precision != "fp32" else "—",
          "Colossal-AI": f"precision = {spec.kwargs.get('precision', spec.booster_kwargs.get('mixed_precision', 'fp32'))}"},
     ]
+
+
+# -- When to choose which (the seed's advice, with the book's measurements as evidence) -----------
+def _measured(points: list[dict], word: str) -> dict | None:
+    return next((p for p in points if word in p["name"] and not p.get("failed") and not p.get("oom")), None)
+
+
+def _cite(p: dict | None) -> str:
+    if p is None:
+        return "not recorded: python -m helpers.chapter08 --record --parts compare"
+    text = f"{p['name']}: {p['tokens_per_s'] / 1000:.1f}k tokens/s, MFU {100 * p['mfu']:.1f} %"
+    return text if p["valid"] else text + f" — INVALID ({p['reason']}), not counted"
+
+
+def decision_rows(points: list[dict] | None = None) -> list[dict]:
+    """The seed's "when to choose which", each row with its evidence read from Chapter 6's recorded
+    comparison (``ch08_compare``: 0.94 B Llama, batch 8 × 2048, bf16, 2 GPUs; default: the record
+    found by :func:`helpers.chapter08_show.points`)."""
+    if points is None:
+        from helpers.chapter08_show import points as recorded_points
+
+        points = recorded_points("compare")
+    fsdp, zero = _measured(points, "FSDP2"), _measured(points, "LowLevelZero")
+    tp, gemini = _measured(points, "tp=2"), _measured(points, "Gemini")
+    ratio = (f"; ZeRO-2 {zero['tokens_per_s'] / fsdp['tokens_per_s']:.2f}× FSDP2's throughput in the same run"
+             if fsdp and zero and fsdp["valid"] and zero["valid"] else "")
+    return [
+        {"situation": "the model fits one GPU once its model states are sharded over data parallelism",
+         "choose": "ZeRO-1/2 (DeepSpeed ZeRO, Colossal-AI LowLevelZero, Megatron's distributed optimizer) "
+                   "or PyTorch FSDP2",
+         "evidence": f"{_cite(zero)}; {_cite(fsdp)}{ratio}"},
+        {"situation": "the model states do not fit even sharded over data parallelism, or must go to CPU memory",
+         "choose": "ZeRO-3 with placement / offload: Colossal-AI Gemini, DeepSpeed ZeRO-3 offload",
+         "evidence": f"{_cite(gemini)}; memory per layout in Chapter 7"},
+        {"situation": "one layer's weights or activations do not fit one GPU (tens to hundreds of billions)",
+         "choose": "tensor (+ sequence) parallelism inside a node: Megatron-LM, or Colossal-AI HybridParallel",
+         "evidence": _cite(tp) + (f"; {tp['tokens_per_s'] / zero['tokens_per_s']:.2f}× ZeRO-2's throughput, "
+                                  f"peak {tp['peak_gib']:.1f} against {zero['peak_gib']:.1f} GiB: TP is for layers "
+                                  "that do not fit, not for speed" if tp and zero and tp["valid"] and zero["valid"] else "")},
+        {"situation": "one configuration for TP, PP, SP and ZeRO together, Hugging Face models as they are",
+         "choose": "Colossal-AI (plugins + shardformer policies)",
+         "evidence": "Chapter 4's config → plugin mapping and this chapter's converters (tests)"},
+        {"situation": "pure data parallelism, no new framework wanted",
+         "choose": "PyTorch FSDP2 (fully_shard)",
+         "evidence": _cite(fsdp)},
+    ]
