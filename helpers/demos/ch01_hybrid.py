@@ -24,25 +24,33 @@ BF16_WINDOW = 8
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
-def train_reference_mixed(model, batches, lr, dtype):
+def train_reference_mixed(model, batches, lr, dtype, chunks: int = 1):
     """Mixed precision as Colossal-AI does it: fp32 master weights updated by AdamW, a 16-bit
-    working copy for forward and backward, refreshed from the masters after every step."""
-    if dtype == torch.float32:
+    working copy for forward and backward, refreshed from the masters after every step.
+
+    ``chunks`` > 1 accumulates each batch's gradient over that many equal slices of its rows (the
+    memory of one slice; the same mean loss, since every sequence has the same number of labels)."""
+    if dtype == torch.float32 and chunks == 1:
         return train_reference(model, batches, lr)
-    work = copy.deepcopy(model).to(dtype)
+    work = copy.deepcopy(model).to(dtype) if dtype != torch.float32 else model
     opt = torch.optim.AdamW(model.parameters(), lr=lr)
     losses = []
     for batch in batches:
-        loss = work(**batch).loss
-        loss.backward()
-        for master, w in zip(model.parameters(), work.parameters()):
-            master.grad, w.grad = w.grad.float(), None
+        total = 0.0
+        for k in range(chunks):
+            loss = work(**shard_batch(batch, k, chunks)).loss / chunks
+            loss.backward()
+            total += loss.item()
+        if work is not model:
+            for master, w in zip(model.parameters(), work.parameters()):
+                master.grad, w.grad = w.grad.float(), None
         opt.step()
         opt.zero_grad()
-        with torch.no_grad():
-            for master, w in zip(model.parameters(), work.parameters()):
-                w.copy_(master)
-        losses.append(loss.item())
+        if work is not model:
+            with torch.no_grad():
+                for master, w in zip(model.parameters(), work.parameters()):
+                    w.copy_(master)
+        losses.append(total)
     return losses
 
 

@@ -4,6 +4,7 @@
     ... --framework colossal --plugin zero --zero_stage 2 | --plugin hybrid --tp 2 [--overlap 0]
     ... --mem_cap_gib 10    (the out-of-memory lab: this process may use only 10 GiB of the GPU)
     ... --profile 2         (the PyTorch profiler over 2 steps: compute vs communication per rank)
+    ... --compile --optim adamw_fused --plugin_kw reduce_bucket_size_in_m=128   (the flagship run's knobs, helpers.speed)
 
 The layout flags are Chapter 7's :class:`helpers.memory_layouts.TrainLayout` (its plugins ran on
 the 2×H200 box); the model, data and MFU definition are Chapter 9's (``ch09_hybrid.mfu``:
@@ -25,16 +26,20 @@ from helpers.demos.ch07_memory import Trainer
 from helpers.demos.ch09_hybrid import mfu
 from helpers.env import distributed, emit, say, sync
 from helpers.memory_layouts import CPU_SHAPE, TrainLayout, plugin_spec
+from helpers import speed
 from helpers.profiling import breakdown
 from helpers.tinyllama import build_llama, llama_params, shard_batch, token_batch
 
 
-def make_optimizer(model, args, device):
-    if args.framework == "colossal" and device.type == "cuda":
-        from colossalai.nn.optimizer import HybridAdam  # Gemini accepts only Colossal-AI's Adam kernels
+def optimizer_name(args, device) -> str:
+    """--optim, or the default: HybridAdam for Colossal-AI on GPUs (Gemini accepts only its kernels), else AdamW."""
+    if args.optim:
+        return args.optim
+    return "hybrid_adam" if args.framework == "colossal" and device.type == "cuda" else "adamw"
 
-        return HybridAdam(model.parameters(), lr=args.lr, weight_decay=0.01)  # = AdamW's default decay
-    return torch.optim.AdamW(model.parameters(), lr=args.lr)  # foreach on CUDA; works on FSDP2's DTensors
+
+def make_optimizer(model, args, device):
+    return speed.make_optimizer(optimizer_name(args, device), model.parameters(), args.lr)  # AdamW's decay 0.01
 
 
 class FSDP2Trainer:
@@ -72,7 +77,8 @@ def build(layout, args, env):
         batches = [{k: v.to(env.device) for k, v in token_batch(s, layout.global_batch, layout.seq,
                                                                   layout.shape.vocab).items()}
                    for s in range(args.ref_steps)]
-        reference = train_reference_mixed(copy.deepcopy(model), batches, args.lr, DTYPES[layout.precision])
+        chunks = layout.global_batch // layout.micro_batch  # the reference's slices: one rank's micro-batch
+        reference = train_reference_mixed(copy.deepcopy(model), batches, args.lr, DTYPES[layout.precision], chunks)
         del batches
     if env.is_gpu:  # the reference's memory is not the layout's
         torch.cuda.empty_cache()
@@ -80,6 +86,8 @@ def build(layout, args, env):
     if layout.recompute:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     if args.framework == "fsdp2":
+        if args.compile:  # before fully_shard, as torchtitan does: FSDP2's hooks stay outside the graphs
+            speed.compile_layers(model)
         return FSDP2Trainer(layout, model, args, env.device), None, config, reference
     from colossalai.booster import Booster
 
@@ -88,9 +96,12 @@ def build(layout, args, env):
     name, kwargs = plugin_spec(layout)  # Chapter 7's constructors, as run on the GPU box
     if args.overlap is not None and layout.plugin in ("zero", "hybrid"):
         kwargs["overlap_communication"] = bool(args.overlap)  # ZeRO's gradient reduce during backward
+    kwargs.update(speed.plugin_kwargs(args.plugin_kw))
     plugin = getattr(plugins, name)(**kwargs)
     booster = Booster(plugin=plugin)
     model, opt, _, _, _ = booster.boost(model, make_optimizer(model, args, env.device))
+    if args.compile:  # after boost: shardformer's policies match the uncompiled module names
+        speed.compile_layers(model)
     return Trainer(layout, booster, model, opt, env.device, plugin), plugin, config, reference
 
 
@@ -134,6 +145,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--overlap", type=int, default=None, help="0/1: the plugin's overlap_communication")
     p.add_argument("--mem_cap_gib", type=float, default=None)
     p.add_argument("--profile", type=int, default=0, help="steps under the PyTorch profiler")
+    p.add_argument("--compile", action="store_true", help="torch.compile each decoder layer (helpers.speed)")
+    p.add_argument("--optim", choices=speed.OPTIMIZERS, default=None, help="default: hybrid_adam on GPUs, else adamw")
+    p.add_argument("--plugin_kw", action="append", default=None, metavar="NAME=VALUE",
+                   help="extra plugin constructor kwargs, e.g. reduce_bucket_size_in_m=128 (repeatable)")
     return p
 
 
@@ -161,8 +176,11 @@ def main() -> None:
                       plugin="fully_shard" if args.framework == "fsdp2" else layout.plugin, precision=layout.precision,
                       tp=layout.tp, pp=layout.pp, zero_stage=layout.zero_stage, micro_batch=layout.micro_batch,
                       microbatches=layout.microbatches, global_batch=layout.global_batch, seq=layout.seq,
+                      layers=layout.shape.layers, hidden=layout.shape.hidden,
                       recompute=layout.recompute, overlap=args.overlap,
-                      optimizer="HybridAdam" if args.framework == "colossal" and env.is_gpu else "torch AdamW", gpus=env.world_size, oom=False,
+                      optimizer=optimizer_name(args, env.device), compiled=args.compile,
+                      plugin_kw=speed.plugin_kwargs(args.plugin_kw),
+                      gpus=env.world_size, oom=False,
                       mem_cap_gib=args.mem_cap_gib, device=torch.cuda.get_device_name(env.device) if env.is_gpu else "cpu")
         if env.is_gpu:
             torch.backends.cuda.matmul.allow_tf32 = False

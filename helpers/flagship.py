@@ -1,0 +1,138 @@
+"""Chapter 8's flagship benchmark: one 0.94 B Llama under PyTorch FSDP2 and Colossal-AI, one run each knob.
+
+    python -m helpers.flagship --record                 # every run (~9 min on 2×H200) -> results/<hw>/flagship.json
+    python -m helpers.flagship --record --only "FSDP2, eager" "LowLevelZero ZeRO-2, eager"
+    python -m helpers.flagship --quick                  # a tiny shape (on CPU: gloo, fp32, FSDP2 and TorchDDP)
+
+Every run is :mod:`helpers.demos.ch08_train` in its own torchrun: the same model (16 layers, hidden
+2048, 32 000-token vocabulary), the same fresh token batches (micro-batch 8 × 2048 tokens per GPU
+unless the run says otherwise) and bf16 with fp32 master weights. The list is a tuning story: the
+baselines, then one knob per row (:mod:`helpers.speed`), then FSDP2 given the same knobs so that the
+comparison stays fair. Each run prints one JSON line (tokens/s per GPU, MFU, peak memory, the loss
+after n steps and its distance from a single-GPU reference trained on the same first batches).
+
+MFU is reported twice. ``mfu`` is the book's (:mod:`helpers.mfu`, N = the parameters that do
+matrix multiplications); ``mfu_all_params`` counts N = every parameter, the input embedding too,
+as issue 6 states its formula (6N + 12·L·h·s)·tokens / (time · GPUs · 989.5 TFLOP/s).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+
+from helpers.chapter09 import run_one
+from helpers.mfu import flops_per_token, mfu
+
+DEMO = "ch08_train"
+NPROC = 2
+SHAPE = ["--layers", "16", "--hidden", "2048", "--heads", "16", "--kv_heads", "16", "--vocab", "32000"]
+COMMON = ["--precision", "bf16", "--seq", "2048", "--steps", "10", "--warmup", "3", "--ref_steps", "3"]
+FSDP2 = ["--framework", "fsdp2"]
+ZERO2 = ["--plugin", "zero", "--zero_stage", "2"]
+BUCKET = ["--plugin_kw", "reduce_bucket_size_in_m=128"]
+TUNED = ZERO2 + BUCKET + ["--compile"]
+RUNS = [  # (name, flags): the knob each row changes is in its name
+    ("FSDP2, eager", FSDP2 + ["--micro_batch", "8"]),
+    ("HybridParallel ZeRO-2, eager", ["--plugin", "hybrid", "--zero_stage", "2", "--micro_batch", "8"]),
+    ("LowLevelZero ZeRO-2, eager", ZERO2 + ["--micro_batch", "8"]),
+    ("+ reduce buckets 12 → 128 M elements", ZERO2 + BUCKET + ["--micro_batch", "8"]),
+    ("+ torch.compile per layer", TUNED + ["--micro_batch", "8"]),
+    ("+ fused torch AdamW instead of HybridAdam", TUNED + ["--optim", "adamw_fused", "--micro_batch", "8"]),
+    ("+ micro-batch 8 → 16", TUNED + ["--optim", "adamw_fused", "--micro_batch", "16"]),
+    ("FSDP2 + torch.compile per layer", FSDP2 + ["--compile", "--micro_batch", "8"]),
+    ("FSDP2 + torch.compile + fused AdamW", FSDP2 + ["--compile", "--optim", "adamw_fused", "--micro_batch", "8"]),
+    ("FSDP2 + torch.compile, micro-batch 16", FSDP2 + ["--compile", "--optim", "adamw_fused", "--micro_batch", "16"]),
+]
+LOSS_TOLERANCE = 0.05  # |mean rank loss − reference| over the reference steps, bf16 (ch09's runs: ≤ 0.01)
+
+
+def run_list(quick: bool = False, only: list[str] | None = None, cpu: bool = False) -> list[tuple[str, list[str], float]]:
+    """(name, demo args, timeout_s) of each run; ``quick`` = a tiny shape, 4 steps; ``cpu`` = FSDP2's only."""
+    names = [n for n, _ in RUNS]
+    for name in only or []:
+        if name not in names:
+            raise ValueError(f"unknown run {name!r}: one of {names}")
+    chosen = [(n, a) for n, a in RUNS if not only or n in only]
+    if cpu:  # gloo: only FSDP2 runs there (Colossal-AI's ZeRO plugins need one CUDA GPU per rank)
+        chosen = [(n, a) for n, a in chosen if a[:2] == FSDP2]
+    if quick:
+        tiny = ["--layers", "2", "--hidden", "256", "--heads", "4", "--kv_heads", "4", "--vocab", "512",
+                "--precision", "bf16", "--seq", "256", "--steps", "3", "--warmup", "1", "--ref_steps", "2"]
+        return [(n + " (tiny)", tiny + a + ["--name", n], 300.0) for n, a in chosen]
+    return [(n, SHAPE + COMMON + a + ["--name", n], 420.0) for n, a in chosen]
+
+
+def summarize(name: str, run: dict) -> dict:
+    """One JSON-able row of a run: throughput, both MFUs, memory, losses against the reference."""
+    ranks = [r for r in run.get("results", []) if "framework" in r]
+    row = {"name": name, "ok": bool(run.get("ok")) and bool(ranks) and not any(r.get("oom") for r in ranks)}
+    if not row["ok"]:
+        row["error"] = (run.get("error") or next((r.get("error") for r in ranks if r.get("error")), "no result"))[-300:]
+        return row
+    r0 = ranks[0]
+    gpus, seq = r0["gpus"], r0["seq"]
+    losses = [[x for x in r["losses"]] for r in ranks]
+    mean = [sum(col) / len(col) if None not in col else None for col in zip(*losses)]  # equal shards: global mean
+    last = next((x for x in reversed(mean) if x is not None), None)
+    ref = r0["reference"]
+    gap = max((abs(a - b) for a, b in zip(mean, ref) if a is not None), default=None) if ref else None
+    finite = last is not None and math.isfinite(last) and all(x is None or math.isfinite(x) for x in mean)
+    all_params = flops_per_token(r0["params"], r0["layers"], r0["hidden"], seq)
+    row.update(framework=r0["framework"], plugin=r0["plugin"], optimizer=r0["optimizer"], compiled=r0.get("compiled"),
+               micro_batch=r0["micro_batch"], global_batch=r0["global_batch"], seq=seq, gpus=gpus,
+               tokens_per_s_per_gpu=round(r0["tokens_per_s"] / gpus), mfu=r0["mfu"],
+               mfu_all_params=round(mfu(r0["tokens_per_s"], all_params, gpus), 4),
+               peak_gib=round(max(r.get("peak_mib", 0) for r in ranks) / 1024, 1),
+               loss_last=None if last is None else round(last, 4), reference=ref,
+               max_ref_gap=None if gap is None else round(gap, 4),
+               loss_ok=finite and (gap is None or gap <= LOSS_TOLERANCE), seconds=run.get("seconds"))
+    return row
+
+
+def record(quick: bool, only: list[str] | None, budget_s: float, save_results: bool, show: str = "none") -> list[dict]:
+    from helpers.results import save
+
+    start, rows, runs = time.monotonic(), [], []
+    command = "python -m helpers.flagship" + (" --record" if save_results else "") + (" --quick" if quick else "") + \
+        ("".join(f' --only "{n}"' for n in only) if only else "")
+    from helpers.env import gpu_count
+
+    for i, (name, args, timeout_s) in enumerate(run_list(quick, only, cpu=gpu_count() < NPROC), 1):
+        left = budget_s - (time.monotonic() - start)
+        if left < 60:
+            run = {"name": name, "args": args, "ok": False, "results": [], "error": f"skipped: budget {budget_s:g} s spent"}
+        else:
+            print(f"[flagship] {i}: {name} ...", flush=True)
+            run = run_one(name, DEMO, NPROC, args, min(timeout_s, left), show)
+        runs.append(run)
+        rows.append(summarize(name, run))
+        print(json.dumps(rows[-1]), flush=True)  # one JSON line per run
+        if save_results:  # after every run: a recording cut short keeps what it measured
+            path = save("flagship_quick" if quick else "flagship", [{**r, "summary": s} for r, s in zip(runs, rows)],
+                        command)
+    if save_results:
+        print(f"[flagship] wrote {path}", flush=True)
+    print(f"[flagship] done in {time.monotonic() - start:.0f} s", flush=True)
+    return rows
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--record", action="store_true", help="write results/<hardware>/flagship.json")
+    p.add_argument("--quick", action="store_true", help="the tiny shape (flagship_quick.json)")
+    p.add_argument("--only", nargs="*", default=None, help="run names to run")
+    p.add_argument("--budget_s", type=float, default=570, help="skip the runs that would start after this")
+    p.add_argument("--show", choices=("none", "rank0", "all"), default="none", help="stream the ranks' output")
+    args = p.parse_args()
+    try:
+        run_list(args.quick, args.only)
+    except ValueError as e:
+        p.error(str(e))
+    record(args.quick, args.only, args.budget_s, args.record, args.show)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,105 @@
+"""Chapter 8's flagship benchmark (helpers.flagship) and its knobs (helpers.speed), on CPU."""
+
+import math
+
+import pytest
+import torch
+
+from helpers import speed
+from helpers.demos.ch08_train import parser
+from helpers.flagship import RUNS, run_list, summarize
+from helpers.memory_layouts import LlamaShape
+from helpers.tinyllama import build_llama, token_batch
+
+
+def test_every_run_parses_and_changes_one_knob_from_a_named_baseline():
+    names = [n for n, _ in RUNS]
+    assert len(names) == len(set(names)) >= 8
+    for name, args, timeout_s in run_list():
+        ns = parser().parse_args(args)
+        assert ns.seq == 2048 and ns.precision == "bf16" and ns.layers == 16 and ns.hidden == 2048
+        assert ns.micro_batch in (8, 16) and ns.ref_steps >= 3 and timeout_s >= 300
+    kinds = {parser().parse_args(a).framework for _, a, _ in run_list()}
+    assert kinds == {"fsdp2", "colossal"}
+    # the CPU list keeps only FSDP2 (Colossal-AI's ZeRO plugins need CUDA); unknown names are refused
+    assert all(parser().parse_args(a).framework == "fsdp2" for _, a, _ in run_list(cpu=True))
+    with pytest.raises(ValueError, match="unknown run"):
+        run_list(only=["FSDP3"])
+
+
+def test_plugin_kwargs_and_optimizers():
+    assert speed.plugin_kwargs(["reduce_bucket_size_in_m=128", "enable_async_reduce=False", "x='a'", "y=word"]) == \
+        {"reduce_bucket_size_in_m": 128, "enable_async_reduce": False, "x": "a", "y": "word"}
+    for bad in ("no_equals", "1x=2", "=3"):
+        with pytest.raises(ValueError, match="name=value"):
+            speed.plugin_kwargs([bad])
+    p = [torch.nn.Parameter(torch.ones(3))]
+    assert isinstance(speed.make_optimizer("adamw", p, 1e-3), torch.optim.AdamW)
+    assert speed.make_optimizer("adamw", p, 1e-3).defaults["weight_decay"] == 0.01
+    with pytest.raises(ValueError, match="unknown optimizer"):
+        speed.make_optimizer("sgd", p, 1e-3)
+
+
+def test_compiled_layers_keep_parameters_and_numerics():
+    """torch.compile per layer (backend 'eager' here: no C compiler needed) changes no number."""
+    config = LlamaShape(layers=2, hidden=64, heads=4, kv_heads=4, vocab=128).config(max_seq=32)
+    model = build_llama(config)
+    before = list(model.parameters())
+    batch = token_batch(0, 2, 16, 128)
+    loss = model(**batch).loss
+    assert speed.compile_layers(model, backend="eager") == 2
+    assert list(model.parameters()) == before and all(p is q for p, q in zip(model.parameters(), before))
+    assert type(model.model.layers[0]).__name__ == "OptimizedModule"
+    assert torch.equal(model(**batch).loss, loss)
+    wrapper = torch.nn.Module()
+    wrapper.module = model  # as a plugin's wrapper holds it
+    assert speed.decoder_owner(wrapper) is model
+    with pytest.raises(TypeError, match="no decoder layers"):
+        speed.decoder_owner(torch.nn.Linear(2, 2))
+
+
+def test_chunked_reference_equals_the_whole_batch():
+    from helpers.demos.ch01_hybrid import train_reference_mixed
+    import copy
+
+    config = LlamaShape(layers=1, hidden=32, heads=2, kv_heads=2, vocab=64).config(max_seq=16)
+    model = build_llama(config)
+    batches = [token_batch(k, 4, 16, 64) for k in range(2)]
+    whole = train_reference_mixed(copy.deepcopy(model), batches, 1e-3, torch.float32)
+    chunked = train_reference_mixed(copy.deepcopy(model), batches, 1e-3, torch.float32, chunks=2)
+    assert max(abs(a - b) for a, b in zip(whole, chunked)) < 1e-5
+
+
+def test_summary_flags_failures_nan_and_a_loss_off_the_reference():
+    rank = dict(framework="colossal", plugin="zero", optimizer="adamw_fused", compiled=True, micro_batch=8,
+                global_batch=16, seq=2048, gpus=2, tokens_per_s=160_000, mfu=0.49, params=940_640_256, layers=16,
+                hidden=2048, peak_mib=30_000, losses=[10.77, 10.69, 10.67, 10.5], reference=[10.78, 10.69, 10.67])
+    other = {**rank, "losses": [10.79, 10.69, 10.68, 10.6]}
+    good = summarize("x", {"ok": True, "results": [rank, other], "seconds": 50})
+    assert good["ok"] and good["loss_ok"] and good["max_ref_gap"] == pytest.approx(0.005, abs=1e-4)
+    assert good["tokens_per_s_per_gpu"] == 80_000 and good["loss_last"] == pytest.approx(10.55)
+    # issue 6's formula: N = every parameter, (6N + 12·L·h·s) per token
+    assert good["mfu_all_params"] == pytest.approx(160_000 * (6 * 940_640_256 + 12 * 16 * 2048 * 2048) / (2 * 989.5e12),
+                                                   abs=1e-4)
+    nan = summarize("x", {"ok": True, "results": [{**rank, "losses": [10.77, math.nan, math.nan, math.nan]}, other]})
+    assert nan["ok"] and not nan["loss_ok"]
+    off = summarize("x", {"ok": True, "results": [{**rank, "losses": [11.5, 10.7, 10.6, 10.5]}, other]})
+    assert not off["loss_ok"]
+    failed = summarize("x", {"ok": False, "error": "Traceback\nRuntimeError: boom", "results": []})
+    assert not failed["ok"] and "boom" in failed["error"]
+
+
+def test_quick_flagship_runs_fsdp2_eager_and_compiled_on_gloo():
+    """The real entry point on two CPU ranks: FSDP2 eager and with Inductor-compiled layers."""
+    from helpers.env import gpu_count
+    from helpers.flagship import record
+
+    if gpu_count() >= 2:
+        pytest.skip("the GPU box runs the full benchmark")
+    rows = record(quick=True, only=["FSDP2, eager", "FSDP2 + torch.compile per layer"], budget_s=600,
+                  save_results=False)
+    assert [r["name"] for r in rows] == ["FSDP2, eager (tiny)", "FSDP2 + torch.compile per layer (tiny)"]
+    for row in rows:
+        assert row["ok"] and row["loss_ok"] and row["max_ref_gap"] <= 1e-4, row  # fp32 on CPU
+    assert [r["compiled"] for r in rows] == [False, True]
+    assert rows[0]["loss_last"] == pytest.approx(rows[1]["loss_last"], abs=1e-4)
