@@ -7,6 +7,7 @@ yet is reported as such, so the notebook runs before and after the GPU box has b
 
 from __future__ import annotations
 
+import re
 import socket
 import subprocess
 import sys
@@ -59,15 +60,49 @@ def _error(run: dict) -> str:
     return ("failed: " + lines[-1][:120]) if lines else "failed"
 
 
+def seed_reference(result: dict) -> float | None:
+    """Colossal-AI's CIFAR-10 accuracy (80 epochs) for the same plugin and GPU count, if it has one."""
+    if result.get("world_size") == 1:
+        return SEED_RESNET["Single-GPU baseline, fp32"]
+    return {"torch_ddp": SEED_RESNET["Booster DDP, fp32"], "torch_ddp_fp16": SEED_RESNET["Booster DDP, fp16"],
+            "low_level_zero": SEED_RESNET["Booster Low Level ZeRO"],
+            "gemini": SEED_RESNET["Booster Gemini"]}.get(result.get("plugin"))
+
+
 def resnet_rows(runs: list[dict]) -> list[dict]:
     rows = []
     for run in runs:
         r = _first(run, "accuracy")
+        seed = seed_reference(r)
         rows.append({"run": run["name"], "data": r.get("data", "digits"), "epochs": r.get("epochs", ""),
                      "test accuracy": f"{100 * r['accuracy']:.2f} %" if "accuracy" in r else _error(run),
                      "images/s": r.get("images_per_s", ""), "peak MiB": r.get("peak_mib", ""),
-                     "SyncBatchNorm": r.get("sync_batchnorm", "")})
+                     "SyncBatchNorm": r.get("sync_batchnorm", ""),
+                     "Colossal-AI, CIFAR-10, 80 epochs (reference only)": f"{seed:.2f} %" if seed else ""})
     return rows
+
+
+def mfu_of(result: dict) -> float:
+    """MFU recomputed with the book's definition (``helpers.demos.ch09_hybrid.mfu``, i.e.
+    ``helpers.mfu``) from the recorded tokens/s, GPU count, preset and length; the recorded ``mfu``
+    (rounded to 4 digits) where the result does not name its preset."""
+    if "preset" not in result or "seq" not in result:
+        return result["mfu"]
+    from helpers.demos.ch09_hybrid import PRESETS, mfu
+    from helpers.tinyllama import llama_config
+
+    config = llama_config(**PRESETS[result["preset"]], max_seq=result["seq"])
+    return mfu(config, result["seq"], result["tokens_per_s"], result["gpus"])
+
+
+def slowest(run: dict) -> dict:
+    """The result line of the rank with the fewest tokens/s: a step ends when every rank's does."""
+    return min((r for r in run.get("results", []) if "tokens_per_s" in r), key=lambda r: r["tokens_per_s"])
+
+
+def peak_gib(run: dict) -> float:
+    """The largest peak memory of any rank of a run (pipeline stages differ), in GiB."""
+    return max(r["peak_mib"] for r in run.get("results", []) if "peak_mib" in r) / 1024
 
 
 def hybrid_rows(runs: list[dict]) -> list[dict]:
@@ -77,12 +112,31 @@ def hybrid_rows(runs: list[dict]) -> list[dict]:
         if "tokens_per_s" not in r:
             rows.append({"layout": run["name"], "tokens/s": _error(run)})
             continue
-        ref = r.get("reference") or []
-        rows.append({"layout": run["name"], "GPUs": r["gpus"], "tokens/s": f"{r['tokens_per_s']:,}",
-                     "MFU": f"{100 * r['mfu']:.1f} %", "peak GiB": f"{r['peak_mib'] / 1024:.1f}",
+        ref, speed = r.get("reference") or [], slowest(run)
+        rows.append({"layout": run["name"], "GPUs": r["gpus"], "tokens/s (slowest rank)": f"{speed['tokens_per_s']:,}",
+                     "MFU": f"{100 * mfu_of(speed):.1f} %", "peak GiB (largest rank)": f"{peak_gib(run):.1f}",
                      "loss first→last": f"{r['losses'][0]:.3f}→{r['losses'][-1]:.3f}",
                      f"max |Δ| vs reference ({len(ref)} steps)": f"{r['max_diff']:.1e}" if ref else "n/a"})
     return rows
+
+
+def hybrid_figure(runs: list[dict]):
+    """Tokens/s and MFU of each layout, as bars; one GPU in grey."""
+    done = [(run["name"], slowest(run)) for run in runs if "tokens_per_s" in _first(run)]
+    fig, (speed, util) = plt.subplots(1, 2, figsize=(9, 0.45 * len(done) + 1.2), dpi=DPI, sharey=True)
+    colours = ["#8C8C8C" if r["gpus"] == 1 else RANK_COLOURS[0] for _, r in done]
+    y = list(range(len(done)))[::-1]
+    for ax, values, label, fmt in ((speed, [r["tokens_per_s"] for _, r in done], "tokens/s (all GPUs)", "{:,.0f}"),
+                                   (util, [100 * mfu_of(r) for _, r in done], "MFU (%)", "{:.1f} %")):
+        ax.barh(y, values, color=colours)
+        for k, v in zip(y, values):
+            ax.text(v, k, " " + fmt.format(v), va="center", fontsize=7)
+        ax.set_xlim(0, 1.3 * max(values))
+        ax.set_xlabel(label)
+    speed.xaxis.set_major_formatter(lambda v, _: f"{v / 1000:.0f}k")
+    speed.set_yticks(y, [name for name, _ in done], fontsize=8)
+    fig.tight_layout()
+    return fig
 
 
 def nan_rows(runs: list[dict]) -> list[dict]:
@@ -118,38 +172,104 @@ def moe_rows(runs: list[dict]) -> list[dict]:
     return rows
 
 
+def nan_figure(runs: list[dict]):
+    """Loss per step of each NaN-study run on a log scale; a cross marks a non-finite step."""
+    fig, ax = plt.subplots(figsize=(7, 3), dpi=DPI)
+    for run, colour, style in zip(runs, RANK_COLOURS, ("-", "--", ":", "-.")):
+        losses = _first(run).get("losses", [])
+        ax.plot(range(len(losses)), losses, style, color=colour, lw=1.5, label=run["name"])
+        bad = [k for k, x in enumerate(losses) if x != x or x in (float("inf"), float("-inf"))]
+        ax.plot(bad, [1.0] * len(bad), "x", color=colour, ms=10, mew=2)
+    ax.axvline(11, color="black", ls=":", lw=1)
+    ax.text(11.2, 1.0, "step of the reported NaN\n(0.95 B, seq 2048)", fontsize=7)
+    ax.set_yscale("log")
+    ax.set_xticks(range(0, 21, 2))
+    ax.set_xlabel("step")
+    ax.set_ylabel("loss (log scale)")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def _points(run: dict) -> list[dict]:
+    return [r for r in run.get("results", []) if "seq" in r]
+
+
 def sp_rows(runs: list[dict]) -> list[dict]:
     rows = []
     for run in runs:
-        points = [r for r in run.get("results", []) if "seq" in r]
-        fits = [p["seq"] for p in points if not p["oom"]]
+        points = _points(run)
+        fits = [p for p in points if not p["oom"]]
         oom = [p["seq"] for p in points if p["oom"]]
-        rows.append({"layout": run["name"], "longest sequence that ran": f"{max(fits):,}" if fits else "none",
+        rows.append({"layout": run["name"], "longest sequence that ran": f"{fits[-1]['seq']:,}" if fits else "none",
                      "out of memory at": f"{oom[0]:,}" if oom else ("-" if run.get("ok") else _error(run)),
-                     "tokens/s at the longest": f"{max(points, key=lambda p: p['seq'] if not p['oom'] else 0).get('tokens_per_s', 0):,}" if fits else ""})
+                     "tokens/s at the longest": f"{fits[-1]['tokens_per_s']:,}" if fits else ""})
+    return rows
+
+
+def oom_request_gib(point: dict) -> float | None:
+    """The allocation that failed, read from the recorded CUDA error ("Tried to allocate 8.00 GiB")."""
+    found = re.search(r"Tried to allocate ([\d.]+) GiB", point.get("error", ""))
+    return float(found.group(1)) if found else None
+
+
+def gpu_capacity_gib(runs: list[dict]) -> float | None:
+    """The GPU's capacity as the recorded CUDA error states it ("total capacity of 139.80 GiB")."""
+    for run in runs:
+        for p in _points(run):
+            found = re.search(r"total capacity of ([\d.]+) GiB", p.get("error", ""))
+            if found:
+                return float(found.group(1))
+    return None
+
+
+def sp_point_rows(runs: list[dict]) -> list[dict]:
+    """One row per sequence length: each layout's peak memory and tokens/s, or the failed allocation."""
+    seqs = sorted({p["seq"] for run in runs for p in _points(run)})
+    rows = []
+    for seq in seqs:
+        row = {"sequence": f"{seq:,}"}
+        for run in runs:
+            p = next((p for p in _points(run) if p["seq"] == seq), None)
+            row[run["name"]] = ("" if p is None else
+                                f"OOM: {oom_request_gib(p):.0f} GiB asked, {p['peak_mib'] / 1024:.1f} GiB held" if p["oom"] else
+                                f"{p['peak_mib'] / 1024:.1f} GiB, {p['tokens_per_s']:,} tokens/s")
+        rows.append(row)
     return rows
 
 
 def sp_figure(runs: list[dict]):
-    """Peak memory and tokens/s against sequence length; a cross where the layout ran out of memory."""
-    fig, (mem, speed) = plt.subplots(1, 2, figsize=(9, 3.2), dpi=DPI)
-    for run, colour in zip(runs, RANK_COLOURS):
-        points = [r for r in run.get("results", []) if "seq" in r]
-        ok = [p for p in points if not p["oom"]]
-        if ok:
-            mem.plot([p["seq"] for p in ok], [p["peak_mib"] / 1024 for p in ok], "o-", color=colour, label=run["name"])
-            speed.plot([p["seq"] for p in ok], [p["tokens_per_s"] for p in ok], "o-", color=colour, label=run["name"])
-        for p in points:
+    """Peak memory and tokens/s against sequence length; a cross at the GPU's capacity where the
+    layout ran out of memory."""
+    fig, (mem, speed) = plt.subplots(1, 2, figsize=(9, 3.4), dpi=DPI)
+    capacity = gpu_capacity_gib(runs)
+    for run, colour, shift in zip(runs, RANK_COLOURS, (1.0, 0.88, 1.12, 1.24)):
+        ok = [p for p in _points(run) if not p["oom"]]
+        mem.plot([p["seq"] for p in ok], [p["peak_mib"] / 1024 for p in ok], "o-", color=colour, label=run["name"])
+        speed.plot([p["seq"] for p in ok], [p["tokens_per_s"] for p in ok], "o-", color=colour, label=run["name"])
+        for p in _points(run):
             if p["oom"]:
-                mem.plot([p["seq"]], [mem.get_ylim()[1] if ok else 0], "x", color=colour, ms=10, mew=2)
+                mem.plot([p["seq"] * shift], [capacity or p["peak_mib"] / 1024], "x", color=colour, ms=10, mew=2)
+    if capacity:
+        mem.axhline(capacity, color="black", ls="--", lw=1)
+        mem.text(2048, capacity, f"GPU capacity {capacity:.1f} GiB", va="bottom", fontsize=7)
     for ax, label in ((mem, "peak memory per GPU (GiB)"), (speed, "tokens/s (2 GPUs)")):
         ax.set_xscale("log", base=2)
+        ax.xaxis.set_major_formatter(lambda v, _: f"{v:,.0f}")
         ax.set_xlabel("sequence length")
         ax.set_ylabel(label)
-    mem.set_title("× = out of memory", fontsize=9)
+    speed.yaxis.set_major_formatter(lambda v, _: f"{v / 1000:.0f}k")
+    mem.set_ylim(0, 1.12 * (capacity or mem.get_ylim()[1]))
+    mem.set_title("× = out of memory at that length", fontsize=9)
     speed.legend(fontsize=7)
     fig.tight_layout()
     return fig
+
+
+def attention_scores_gib(seq: int, heads_per_gpu: int, bytes_per_element: int = 4, batch: int = 1) -> float:
+    """Size of one layer's attention scores on one GPU, batch × heads × seq × seq elements, in GiB
+    (eager attention; the softmax is taken in fp32, 4 bytes, then cast to bf16, 2 bytes)."""
+    return batch * heads_per_gpu * seq * seq * bytes_per_element / 2**30
 
 
 def moe_load_figure(results: list[dict]):

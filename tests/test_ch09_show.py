@@ -13,9 +13,27 @@ FAILED = {"name": "gemini", "ok": False, "error": "Traceback ...\nRuntimeError: 
 
 def test_hybrid_and_failed_rows():
     rows = show.hybrid_rows([HYBRID, FAILED])
-    assert rows[0]["MFU"] == "30.1 %" and rows[0]["peak GiB"] == "40.0" and rows[0]["tokens/s"] == "123,456"
+    assert rows[0]["MFU"] == "30.1 %" and rows[0]["peak GiB (largest rank)"] == "40.0"
+    assert rows[0]["tokens/s (slowest rank)"] == "123,456"
     assert rows[0]["loss first→last"] == "10.500→8.000"
     assert rows[1]["tokens/s"] == "failed: RuntimeError: no"
+
+
+def test_hybrid_rows_take_the_slowest_rank_and_the_largest_peak():
+    fast, slow = dict(HYBRID["results"][0]), dict(HYBRID["results"][1], tokens_per_s=100_000, mfu=0.2440)
+    slow["peak_mib"] = 50 * 1024.0
+    row = show.hybrid_rows([{"name": "tp=2", "ok": True, "results": [fast, slow]}])[0]
+    assert row["tokens/s (slowest rank)"] == "100,000" and row["MFU"] == "24.4 %" and row["peak GiB (largest rank)"] == "50.0"
+    show.hybrid_figure([{"name": "tp=2", "ok": True, "results": [fast, slow]}, FAILED])
+
+
+def test_mfu_of_recomputes_the_books_definition():
+    from helpers.demos.ch09_hybrid import PRESETS, mfu
+    from helpers.tinyllama import llama_config
+
+    result = {"preset": "half", "seq": 1024, "tokens_per_s": 100_000, "gpus": 2, "mfu": 0.0}
+    assert show.mfu_of(result) == mfu(llama_config(**PRESETS["half"], max_seq=1024), 1024, 100_000, 2)
+    assert round(100 * show.mfu_of(result), 1) == 15.3  # 3.02 GFLOP/token x 1e5 / (2 x 989.5 TFLOP/s)
 
 
 def test_nan_rows_find_the_first_bad_step():
@@ -36,13 +54,30 @@ def test_sp_rows_and_figure():
     assert rows[0]["longest sequence that ran"] == "4,096" and rows[0]["out of memory at"] == "8,192"
     assert rows[0]["tokens/s at the longest"] == "90" and rows[1]["out of memory at"].startswith("failed")
     show.sp_figure(runs)
+    oom = {"seq": 16384, "oom": True, "peak_mib": 9e4,
+           "error": "CUDA out of memory. Tried to allocate 8.00 GiB. GPU 0 has a total capacity of 139.80 GiB of which"}
+    runs = [{"name": "tp=2", "ok": True, "results": points[:2] + [oom]}]
+    assert show.oom_request_gib(oom) == 8.0 == show.attention_scores_gib(16384, 8)
+    assert show.gpu_capacity_gib(runs) == 139.8
+    table = show.sp_point_rows(runs)
+    assert [r["sequence"] for r in table] == ["2,048", "4,096", "16,384"]
+    assert table[0]["tp=2"] == "1.0 GiB, 100 tokens/s" and table[2]["tp=2"] == "OOM: 8 GiB asked, 87.9 GiB held"
+    show.sp_figure(runs)
+
+
+def test_nan_figure_marks_non_finite_steps():
+    nan = float("nan")
+    show.nan_figure([{"name": "a", "results": [{"losses": [5.0, 1.0, nan]}]}, {"name": "b", "results": [{"losses": [5.0, 0.1]}]}])
 
 
 def test_resnet_and_moe_rows():
     resnet = {"name": "2 GPUs, torch_ddp", "ok": True, "results": [
         {"accuracy": 0.9554, "data": "digits", "epochs": 30, "images_per_s": 5000, "peak_mib": 30.0,
          "sync_batchnorm": True}]}
-    assert show.resnet_rows([resnet])[0]["test accuracy"] == "95.54 %"
+    row = show.resnet_rows([resnet])[0]
+    assert row["test accuracy"] == "95.54 %" and row["Colossal-AI, CIFAR-10, 80 epochs (reference only)"] == ""
+    gemini = {**resnet["results"][0], "plugin": "gemini", "world_size": 2}
+    assert show.seed_reference(gemini) == 84.60 and show.seed_reference({"world_size": 1, "plugin": "torch_ddp"}) == 85.85
     moe = {"name": "ep=2", "ok": True, "results": [
         {"ep": 2, "moe_dp": 1, "zero": 1, "local_expert_params": 2e8, "expert_params": 4e8, "tokens_per_s": 1000,
          "peak_mib": 2048, "losses": [10.4, 9.0], "max_diff": 0.02}]}

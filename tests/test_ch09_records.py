@@ -1,0 +1,145 @@
+"""Chapter 9's GPU records: what the notebook shows and the page quotes is computed from the JSON.
+
+The records are ``results/2xNVIDIA-H200/ch09_<part>.json`` (committed); each test reads the raw
+JSON, recomputes a number independently of ``helpers.chapter09_show`` where it can, and checks
+that the helper, the notebook's stored (glued) table and the page all carry it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from helpers import chapter09_show as show
+from helpers.demos.ch09_hybrid import PEAK_FLOPS, PRESETS, flops_per_token
+from helpers.results import load
+from helpers.tinyllama import llama_config
+
+ROOT = Path(__file__).resolve().parent.parent
+PAGE = (ROOT / "book" / "09_quick_demos.md").read_text()
+NOTEBOOK = json.loads((ROOT / "notebooks" / "09_quick_demos.ipynb").read_text())
+KEYS = ("ch09-resnet-gpu", "ch09-hybrid-gpu", "ch09-fig-hybrid", "ch09-nan-gpu", "ch09-fig-nan", "ch09-moe-gpu",
+        "ch09-sp-gpu", "ch09-fig-sp", "ch09-sp-oom")
+
+
+def glued() -> dict[str, dict]:
+    return {o["metadata"]["scrapbook"]["name"]: o["data"] for c in NOTEBOOK["cells"] if c["cell_type"] == "code"
+            for o in c.get("outputs", []) if "scrapbook" in o.get("metadata", {})}
+
+
+def html(key: str) -> str:
+    text = glued()[key]["text/html"]
+    return "".join(text) if isinstance(text, list) else text
+
+
+def results(part: str) -> list[tuple[str, list[dict]]]:
+    return [(run["name"], run.get("results", [])) for run in load(f"ch09_{part}")["runs"]]
+
+
+def test_every_gpu_part_is_glued_into_the_page():
+    keys = glued()
+    for key in KEYS:
+        assert key in keys, key
+        assert f"```{{glue}} {key}\n:doc: ../notebooks/09_quick_demos.ipynb" in PAGE
+    for key in ("ch09-fig-hybrid", "ch09-fig-nan", "ch09-fig-sp"):
+        assert "image/png" in keys[key]
+    assert "still to be recorded" not in PAGE and "GPU numbers still" not in PAGE
+
+
+def test_provenance_quoted():
+    for part in ("resnet", "hybrid", "nan", "moe", "sp"):
+        p = load(f"ch09_{part}")["provenance"]
+        assert p["git_commit"].startswith("2819ef0") and p["hardware"] == "2xNVIDIA-H200"
+        assert p["versions"]["colossalai"] == "0.5.0" and p["command"].split("--parts ")[1] in PAGE
+    assert "at commit `2819ef0`" in PAGE and "results/2xNVIDIA-H200/ch09_<part>.json" in PAGE
+
+
+def test_resnet_accuracies_come_from_the_record():
+    accuracies = {name: res[0]["accuracy"] for name, res in results("resnet")}
+    assert all(res[0]["data"] == "digits" and res[0]["epochs"] == 30 for _, res in results("resnet"))
+    assert not any(run["cifar10_present"] for run in load("ch09_resnet")["runs"])
+    quoted = [f"{100 * a:.2f} %" for a in accuracies.values()]
+    assert quoted == ["95.82 %", "96.66 %", "96.94 %", "97.21 %", "97.21 %"]
+    for q in quoted:
+        assert q in html("ch09-resnet-gpu") and q in PAGE
+    assert [round(a * 359) for a in accuracies.values()] == [344, 347, 348, 349, 349]  # "347 to 349 right"
+
+
+def test_hybrid_mfu_is_the_books_definition_of_the_slowest_rank():
+    page_mfu = {}
+    for name, res in results("hybrid"):
+        slowest = min((r for r in res if "tokens_per_s" in r), key=lambda r: r["tokens_per_s"])
+        config = llama_config(**PRESETS[slowest["preset"]], max_seq=slowest["seq"])
+        expected = slowest["tokens_per_s"] * flops_per_token(config, slowest["seq"]) / (slowest["gpus"] * PEAK_FLOPS)
+        assert show.mfu_of(slowest) == pytest.approx(expected)
+        assert abs(expected - slowest["mfu"]) < 1e-4  # the recorder's own (rounded) value agrees
+        page_mfu[name] = f"{100 * expected:.1f} %"
+        assert page_mfu[name] in html("ch09-hybrid-gpu") and f"{slowest['tokens_per_s']:,}" in html("ch09-hybrid-gpu")
+        last = next(r for r in res if "losses" in r)
+        assert all(x == x for x in last["losses"]) and last["max_diff"] < 0.07
+    assert list(page_mfu.values()) == ["26.5 %", "20.7 %", "19.3 %", "19.3 %", "18.8 %", "21.7 %"]
+    for q in page_mfu.values():
+        assert q in PAGE
+    one = results("hybrid")[0][1][0]["tokens_per_s"]
+    ratios = [min(r["tokens_per_s"] for r in res if "tokens_per_s" in r) / one for _, res in results("hybrid")[1:]]
+    assert (round(min(ratios), 2), round(max(ratios), 2)) == (1.42, 1.64) and "1.42 to 1.64" in PAGE
+
+
+def test_hybrid_peaks_and_bf16_loss_grids():
+    peaks = {name: max(r["peak_mib"] for r in res) / 1024 for name, res in results("hybrid")}
+    for name, gib in peaks.items():
+        assert f"{gib:.1f} GiB" in PAGE, name
+    assert round(peaks["tp=2 + split_gather SP"] - peaks["tp=2"], 1) == 2.9
+    by_name = dict(results("hybrid"))
+    a2a = next(r for r in by_name["sp=2 all_to_all"] if "losses" in r)["losses"]
+    pp = next(r for r in by_name["pp=2 (1F1B, mbs 4)"] if "losses" in r)["losses"]
+    assert all(x * 16 == round(x * 16) for x in a2a)  # bf16 at 10: multiples of 1/16
+    assert all(abs(x * 64 - round(x * 64)) < 64 * 6e-5 for x in pp)  # mean of four bf16 losses, 4 decimals
+
+
+def test_nan_study_stayed_finite():
+    for name, res in results("nan"):
+        for r in res:
+            assert r["finite"] and all(w["logits_finite"] and not w["nonfinite_grads"] for w in r["watch"]), name
+    repeated = results("nan")[0][1][0]
+    assert (repeated["losses"][0], repeated["losses"][-1]) == (10.7901, 0.0043)
+    assert repeated["preset"] == "1b" and repeated["seq"] == 1024 and repeated["batch"] == 8
+    assert round(repeated["params"] / 1e9, 2) == 0.94 and round(repeated["losses"][11], 3) == 0.037
+    assert max(w["logit_absmax"] for w in repeated["watch"]) == 18.0
+    assert "10.79 to 0.0043" in PAGE and "NaN was not reproduced" in PAGE
+    assert html("ch09-nan-gpu").count(">none<") == 4
+
+
+def test_moe_numbers():
+    (_, ep2), (_, ep1) = results("moe")
+    ep2, ep1 = ep2[0], ep1[0]
+    assert (ep2["ep"], ep1["ep"]) == (2, 1) and ep2["losses"] == ep1["losses"]
+    assert f"{ep2['tokens_per_s']:,}" in PAGE and f"{ep1['tokens_per_s']:,}" in PAGE
+    assert f"{ep2['tokens_per_s'] / ep1['tokens_per_s']:.2f} times" in PAGE
+    assert f"{ep2['peak_mib'] / 1024:.2f} against {ep1['peak_mib'] / 1024:.2f} GiB" in PAGE
+    assert round((ep1["peak_mib"] - ep2["peak_mib"]) / 1024, 2) == 0.04
+    assert (ep1["local_expert_params"] - ep2["local_expert_params"]) * 4 / 2**30 == 0.75
+
+
+def test_sp_limits_and_the_failed_allocations():
+    swept = [run for run in load("ch09_sp")["runs"] if show._points(run)]
+    limits = {run["name"]: (max(p["seq"] for p in run["results"] if not p["oom"]),
+                            min(p["seq"] for p in run["results"] if p["oom"])) for run in swept}
+    assert list(limits.values()) == [(16384, 32768), (8192, 16384), (8192, 16384)]
+    for run in swept:
+        for p in run["results"]:
+            if p["oom"]:
+                heads = PRESETS[p["preset"]]["heads"] // (p["tp"] * p["sp"])
+                asked = float(re.search(r"allocate ([\d.]+) GiB", p["error"]).group(1))
+                assert heads == 8 and show.oom_request_gib(p) == asked == show.attention_scores_gib(p["seq"], heads)
+    assert show.gpu_capacity_gib(swept) == 139.8
+    ring = load("ch09_sp")["runs"][-1]
+    assert not ring["ok"] and "Flash Attention is not installed" in ring["error"]
+    assert "Flash Attention is not installed" in PAGE and "16,384 (127.3 GiB" not in PAGE
+    assert "reached 16,384 tokens (127.3 GiB per GPU)" in PAGE
+    table = html("ch09-sp-gpu")
+    assert "OOM: 8 GiB asked" in table and "OOM: 32 GiB asked" in table
+    assert 8 * show.attention_scores_gib(16384, 8, 6) == 96 and 8 * show.attention_scores_gib(8192, 8, 6) == 24
