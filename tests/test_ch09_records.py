@@ -66,6 +66,9 @@ def test_resnet_accuracies_come_from_the_record():
     for q in quoted:
         assert q in html("ch09-resnet-gpu") and q in PAGE
     assert [round(a * 359) for a in accuracies.values()] == [344, 347, 348, 349, 349]  # "347 to 349 right"
+    zero, gemini = (res[0]["losses"] for name, res in results("resnet")[3:])
+    assert sum(a == b for a, b in zip(zero, gemini)) == 27 and max(abs(a - b) for a, b in zip(zero, gemini)) < 1.5e-4
+    assert "equal at 27 of the 30 epochs" in PAGE
 
 
 def test_hybrid_mfu_is_the_books_definition_of_the_slowest_rank():
