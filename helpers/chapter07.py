@@ -287,7 +287,7 @@ def main() -> None:
     args = parser.parse_args()
     names = args.only or (QUICK if args.quick else [x.name for x in LAYOUTS])
     command = "python -m helpers.chapter07 --record" + (" --quick" if args.quick else "") + \
-        ("".join(f' --only "{n}"' for n in args.only) if args.only else "")
+        (" --only " + " ".join(shlex.quote(n) for n in args.only) if args.only else "")
     name = "ch07_memory_quick" if args.quick else "ch07_memory"
     earlier = _earlier_record(name) if args.only and args.record else None  # --only re-runs some layouts
     records = []

@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import shlex
 import time
 
 from helpers.chapter09 import run_one
@@ -81,7 +82,9 @@ def summarize(name: str, run: dict) -> dict:
     gap = max((abs(a - b) for a, b in zip(mean, ref) if a is not None), default=None) if ref else None
     finite = last is not None and math.isfinite(last) and all(x is None or math.isfinite(x) for x in mean)
     all_params = flops_per_token(r0["params"], r0["layers"], r0["hidden"], seq)
+    kw = r0.get("plugin_kw") or ({"reduce_bucket_size_in_m": r0["bucket_mb"]} if r0.get("bucket_mb") else {})
     row.update(framework=r0["framework"], plugin=r0["plugin"], optimizer=r0["optimizer"], compiled=r0.get("compiled"),
+               plugin_kw=kw,
                micro_batch=r0["micro_batch"], global_batch=r0["global_batch"], seq=seq, gpus=gpus,
                tokens_per_s_per_gpu=round(r0["tokens_per_s"] / gpus), mfu=r0["mfu"],
                mfu_all_params=round(mfu(r0["tokens_per_s"], all_params, gpus), 4),
@@ -97,7 +100,7 @@ def record(quick: bool, only: list[str] | None, budget_s: float, save_results: b
 
     start, rows, runs = time.monotonic(), [], []
     command = "python -m helpers.flagship" + (" --record" if save_results else "") + (" --quick" if quick else "") + \
-        ("".join(f' --only "{n}"' for n in only) if only else "")
+        (" --only " + " ".join(shlex.quote(n) for n in only) if only else "")
     from helpers.env import gpu_count
 
     for i, (name, args, timeout_s) in enumerate(run_list(quick, only, cpu=gpu_count() < NPROC), 1):
@@ -117,6 +120,68 @@ def record(quick: bool, only: list[str] | None, budget_s: float, save_results: b
         print(f"[flagship] wrote {path}", flush=True)
     print(f"[flagship] done in {time.monotonic() - start:.0f} s", flush=True)
     return rows
+
+
+COLUMNS = ["name", "setup", "tokens/s/GPU", "MFU %", "MFU % (all params)", "peak GiB", "loss after n steps", "max |Δ ref|",
+           "loss ok"]
+
+
+def recorded() -> dict | None:
+    """The full flagship record on this machine's hardware, else the first probe, else None."""
+    from helpers.results import load
+
+    for name in ("flagship", "flagship_probe"):
+        try:
+            return load(name)
+        except FileNotFoundError:
+            continue
+    return None
+
+
+def setup(row: dict) -> str:
+    """What a run ran, in a few words: 'LowLevelZero ZeRO-2 · compiled · adamw_fused · buckets 128 M · mbs 8'."""
+    plugin = {"fully_shard": "FSDP2", "zero": "LowLevelZero ZeRO-2", "hybrid": "HybridParallel", "gemini": "Gemini"}
+    parts = [plugin.get(row["plugin"], row["plugin"]), "compiled" if row["compiled"] else "eager", row["optimizer"]]
+    if "reduce_bucket_size_in_m" in row["plugin_kw"]:
+        parts.append(f"buckets {row['plugin_kw']['reduce_bucket_size_in_m']} M")
+    return " · ".join(parts + [f"mbs {row['micro_batch']}"])
+
+
+def table_rows(record: dict) -> list[dict]:
+    """The book's table of a record: one row per run, recomputed from the ranks' results."""
+    rows = []
+    for run in record["runs"]:
+        s = summarize(run["name"], run)
+        if not s["ok"]:
+            rows.append({"name": s["name"], "tokens/s/GPU": "failed", "loss ok": s["error"].splitlines()[-1][:80]})
+            continue
+        rows.append({"name": s["name"], "setup": setup(s), "tokens/s/GPU": f"{s['tokens_per_s_per_gpu']:,}", "MFU %": f"{100 * s['mfu']:.1f}",
+                     "MFU % (all params)": f"{100 * s['mfu_all_params']:.1f}", "peak GiB": s["peak_gib"],
+                     "loss after n steps": s["loss_last"], "max |Δ ref|": s["max_ref_gap"],
+                     "loss ok": "yes" if s["loss_ok"] else "NO"})
+    return rows
+
+
+def figure(record: dict, target: float = 0.5):
+    """MFU per run (book's count, bars; issue 6's count, dots), FSDP2 grey, Colossal-AI blue; the target line."""
+    import matplotlib.pyplot as plt
+
+    rows = [summarize(r["name"], r) for r in record["runs"]]
+    rows = [r for r in rows if r["ok"]]
+    fig, ax = plt.subplots(figsize=(8, 0.45 * len(rows) + 1.2))
+    y = list(range(len(rows)))[::-1]
+    colors = ["#999999" if r["framework"] == "fsdp2" else "#1f77b4" for r in rows]
+    ax.barh(y, [100 * r["mfu"] for r in rows], color=colors, hatch=None)
+    ax.scatter([100 * r["mfu_all_params"] for r in rows], y, color="black", s=12, zorder=3, label="N = all parameters")
+    for yi, r in zip(y, rows):
+        if not r["loss_ok"]:
+            ax.text(1, yi, "loss off the reference", va="center", color="red")
+    ax.axvline(100 * target, color="red", ls="--", lw=1, label=f"{100 * target:.0f} % target")
+    ax.set_yticks(y, [r["name"] for r in rows])
+    ax.set_xlabel("MFU % (bars: the book's count, N without the input embedding)")
+    ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    return fig
 
 
 def main() -> None:

@@ -103,3 +103,23 @@ def test_quick_flagship_runs_fsdp2_eager_and_compiled_on_gloo():
         assert row["ok"] and row["loss_ok"] and row["max_ref_gap"] <= 1e-4, row  # fp32 on CPU
     assert [r["compiled"] for r in rows] == [False, True]
     assert rows[0]["loss_last"] == pytest.approx(rows[1]["loss_last"], abs=1e-4)
+
+
+def test_recorded_flagship_table_and_figure():
+    """The book's table is recomputed from the ranks' results; every recorded run's loss is checked."""
+    from helpers.flagship import COLUMNS, figure, recorded, setup, table_rows
+
+    record = recorded()
+    if record is None:
+        pytest.skip("no flagship record on this machine")
+    rows = table_rows(record)
+    assert len(rows) == len(record["runs"]) and all(set(r) <= set(COLUMNS) for r in rows)
+    for run, row in zip(record["runs"], rows):
+        s = summarize(run["name"], run)
+        if s["ok"]:
+            assert row["setup"] == setup(s) and row["MFU %"] == f"{100 * s['mfu']:.1f}" and row["loss ok"] == "yes"
+            assert s["tokens_per_s_per_gpu"] * s["gpus"] == pytest.approx(run["results"][0]["tokens_per_s"], abs=2)
+    assert len(figure(record).axes[0].patches) == sum(summarize(r["name"], r)["ok"] for r in record["runs"])
+    assert setup({"plugin": "zero", "compiled": True, "optimizer": "adamw_fused", "micro_batch": 8,
+                  "plugin_kw": {"reduce_bucket_size_in_m": 128}}) == \
+        "LowLevelZero ZeRO-2 · compiled · adamw_fused · buckets 128 M · mbs 8"
