@@ -14,6 +14,7 @@ run is recorded with its error and the recording goes on):
 * ``oom``: the out-of-memory lab. Each process may use ``cap`` GiB of its GPU, chosen halfway
   between Chapter 7's predicted peaks (:func:`helpers.memory_llama.predict`) of the failing layout
   and of the two fixes; the failing layout is also run without a cap to measure its real peak.
+* ``gemini``: the compare run's Gemini NaN, with and without Gemini's asynchronous gradient reduce.
 * ``tune``: one knob at a time from a deliberately poor layout, each run with the PyTorch profiler's
   per-rank compute / communication split (:mod:`helpers.profiling`).
 """
@@ -27,7 +28,7 @@ from helpers.chapter09 import run_one
 from helpers.results import recorder_main, save
 
 DEMO = "ch08_train"
-PARTS = ("compare", "oom", "tune")
+PARTS = ("compare", "oom", "tune", "gemini")
 NPROC = 2
 BIG = ["--layers", "16", "--hidden", "2048", "--heads", "16", "--kv_heads", "16", "--vocab", "32000"]  # 0.94 B
 COMPARE_COMMON = BIG + ["--precision", "bf16", "--seq", "2048", "--steps", "8", "--warmup", "2", "--ref_steps", "3",
@@ -37,6 +38,12 @@ COMPARE_RUNS = {  # name: flags (global batch 8 in each: micro_batch × dp)
     "Colossal-AI LowLevelZero ZeRO-2": ["--plugin", "zero", "--zero_stage", "2", "--micro_batch", "4"],
     "Colossal-AI Gemini (ZeRO-3, static placement)": ["--plugin", "gemini", "--micro_batch", "4"],
     "Colossal-AI HybridParallel tp=2": ["--plugin", "hybrid", "--tp", "2", "--micro_batch", "8"],
+}
+GEMINI_RUNS = {  # the compare run's Gemini went NaN from step 3; hypothesis: its async gradient reduce-scatter
+    # frees the chunk (storage.resize_(0)) while NCCL may still read it (no record_stream; torch >= 2.7)
+    "Gemini, async reduce (default)": ["--plugin", "gemini", "--micro_batch", "4"],
+    "Gemini, enable_async_reduce=False": ["--plugin", "gemini", "--micro_batch", "4",
+                                          "--plugin_kw", "enable_async_reduce=False"],
 }
 OOM_MICRO_BATCH = 4  # Chapter 7's 0.37 B Llama (TrainLayout's default shape), seq 1024
 OOM_RUNS = {  # name: (layout kwargs, capped)
@@ -88,6 +95,10 @@ def run_list(part: str, quick: bool = False) -> list[tuple[str, list[str], float
                                          "--profile", "1"], 400.0)
                     for n, a in list(COMPARE_RUNS.items())[:2]]
         return [(n, COMPARE_COMMON + a + ["--name", n], 400.0) for n, a in COMPARE_RUNS.items()]
+    if part == "gemini":
+        runs = [(n, COMPARE_COMMON + a + ["--steps", "12", "--name", n], 400.0) for n, a in GEMINI_RUNS.items()]
+        return [(n + " (tiny)", a + ["--layers", "2", "--hidden", "256", "--heads", "4", "--kv_heads", "4"], t)
+                for n, a, t in runs] if quick else runs
     if part == "oom":
         cap, _ = oom_cap_gib()
         runs = []

@@ -81,3 +81,18 @@ def test_quick_recording_runs_on_gpus():
     assert runs and all(r["ok"] for r in runs), [r.get("error", "")[-300:] for r in runs if not r["ok"]]
     oom = [r for r in recorded["oom"] if "name" in r]
     assert oom[0]["results"][0]["oom"] and not oom[1]["results"][0]["oom"]  # capped DDP fails, ZeRO-2 fits
+
+
+def test_gemini_part_differs_only_in_async_reduce():
+    from inspect import signature
+
+    from colossalai.booster.plugin import GeminiPlugin
+
+    from helpers.speed import plugin_kwargs
+
+    (_, on, _), (_, off, _) = chapter08.run_list("gemini")
+    a, b = parser().parse_args(on), parser().parse_args(off)
+    assert plugin_kwargs(a.plugin_kw) == {} and plugin_kwargs(b.plugin_kw) == {"enable_async_reduce": False}
+    assert {k: v for k, v in vars(a).items() if k not in ("plugin_kw", "name")} == \
+        {k: v for k, v in vars(b).items() if k not in ("plugin_kw", "name")}
+    assert signature(GeminiPlugin).parameters["enable_async_reduce"].default is True  # the default under test
