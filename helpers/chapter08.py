@@ -24,7 +24,7 @@ from __future__ import annotations
 import importlib.util
 import time
 
-from helpers.chapter09 import run_one
+from helpers.recorder import run_part
 from helpers.results import recorder_main, save
 
 DEMO = "ch08_train"
@@ -121,22 +121,7 @@ def record(parts: list[str], quick: bool, budget_s: float, save_results: bool, s
     command = "python -m helpers.chapter08 --record" + (" --quick" if quick else "") + f" --parts {','.join(parts)}"
     recorded: dict[str, list] = {}
     for part in parts:
-        runs = []
-        for name, args, timeout_s in run_list(part, quick):
-            left = budget_s - (time.monotonic() - start)
-            if left < 30:
-                runs.append({"name": name, "args": args, "ok": False, "results": [],
-                             "error": f"skipped: the recording's budget of {budget_s:g} s was spent"})
-                print(f"[ch08] {part}: {name}: skipped (budget)", flush=True)
-                continue
-            print(f"[ch08] {part}: {name} ...", flush=True)
-            run = run_one(name, DEMO, NPROC, args, min(timeout_s, left), show)
-            run["part"] = part
-            oom = any(r.get("oom") for r in run["results"])
-            status = ("ok" + (" (out of memory, caught)" if oom else "")) if run["ok"] else \
-                "FAILED: " + run["error"].strip().splitlines()[-1][:200]
-            print(f"[ch08] {part}: {name}: {status} ({run['seconds']} s)", flush=True)
-            runs.append(run)
+        runs = run_part("ch08", part, [(n, DEMO, NPROC, a, t) for n, a, t in run_list(part, quick)], start + budget_s, show)
         extra = {}
         if part == "compare":
             extra["deepspeed_importable"] = importlib.util.find_spec("deepspeed") is not None

@@ -17,12 +17,9 @@ recording goes on. Nothing here needs a GPU to import: the tests check the run l
 
 from __future__ import annotations
 
-import json
-import shlex
 import time
 
-from helpers.env import RESULT_PREFIX
-from helpers.launch import LaunchError, launch, torchrun_command
+from helpers.recorder import run_part
 from helpers.results import recorder_main, save
 
 NPROC = 2
@@ -87,28 +84,6 @@ def run_list(part: str, quick: bool = False) -> list[tuple[str, str, int, list[s
     raise ValueError(f"unknown part {part!r}: one of {PARTS}")
 
 
-def results_in(lines: dict[int, list[str]]) -> list[dict]:
-    """RESULT lines a failed launch had printed before it failed (rank order)."""
-    found = []
-    for rank in sorted(r for r in lines if r >= 0):
-        found += [json.loads(t[len(RESULT_PREFIX):]) for t in lines[rank] if t.startswith(RESULT_PREFIX)]
-    return found
-
-
-def run_one(name: str, demo: str, gpus: int, args: list[str], timeout_s: float, show: str = "none") -> dict:
-    """Launch one run; a failure becomes a record with its error text instead of an exception."""
-    record = {"name": name, "demo": demo, "gpus": gpus, "args": args,
-              "command": shlex.join(torchrun_command(demo, gpus, args))}
-    start = time.monotonic()
-    try:
-        result = launch(demo, gpus, args, timeout_s=timeout_s, show=show)
-        record.update(ok=True, results=result.results)
-    except LaunchError as e:
-        record.update(ok=False, error=str(e)[-3000:], results=results_in(e.lines))
-    record["seconds"] = round(time.monotonic() - start, 1)
-    return record
-
-
 def cifar10_present() -> bool:
     """Whether CIFAR-10 is under $DATA on this machine (it is not on the book's GPU box)."""
     from helpers.imagedata import CIFAR_FOLDER, CIFAR_TEST, data_root
@@ -132,33 +107,16 @@ def record(parts: list[str], quick: bool, budget_s: float, save_results: bool, s
     command = "python -m helpers.chapter09 --record" + (" --quick" if quick else "") + f" --parts {','.join(parts)}"
     recorded: dict[str, list] = {}
     for part in parts:
-        runs = []
         missing = None
         if part == "resnet":
             present = cifar10_present()
             print(f"[ch09] CIFAR-10 under $DATA: {'present' if present else 'absent'}; the ResNet runs use the digits",
                   flush=True)
             missing = digits_missing()
-        for name, demo, gpus, args, timeout_s in run_list(part, quick):
-            left = budget_s - (time.monotonic() - start)
-            if missing:
-                runs.append({"name": name, "demo": demo, "gpus": gpus, "args": args, "ok": False, "error": missing,
-                             "results": []})
-                print(f"[ch09] {part}: {name}: not run: {missing}", flush=True)
-                continue
-            if left < 30:
-                runs.append({"name": name, "demo": demo, "gpus": gpus, "args": args, "ok": False,
-                             "error": f"skipped: the recording's budget of {budget_s:g} s was spent", "results": []})
-                print(f"[ch09] {part}: {name}: skipped (budget)", flush=True)
-                continue
-            print(f"[ch09] {part}: {name} on {gpus} GPU(s) ...", flush=True)
-            run = run_one(name, demo, gpus, args, min(timeout_s, left), show)
-            run["part"] = part
+        runs = run_part("ch09", part, run_list(part, quick), start + budget_s, show, not_run=missing)
+        for run in runs:
             if part == "resnet":
                 run["cifar10_present"] = present
-            status = "ok" if run["ok"] else "FAILED: " + run["error"].strip().splitlines()[-1][:200]
-            print(f"[ch09] {part}: {name}: {status} ({run['seconds']} s)", flush=True)
-            runs.append(run)
         recorded[part] = runs
         if save_results and not quick:
             print("[ch09] wrote", save(f"ch09_{part}", runs, command), flush=True)

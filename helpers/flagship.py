@@ -24,7 +24,7 @@ import math
 import shlex
 import time
 
-from helpers.chapter09 import run_one
+from helpers.recorder import run_part
 from helpers.mfu import flops_per_token, mfu
 
 DEMO = "ch08_train"
@@ -103,13 +103,8 @@ def record(quick: bool, only: list[str] | None, budget_s: float, save_results: b
         (" --only " + " ".join(shlex.quote(n) for n in only) if only else "")
     from helpers.env import gpu_count
 
-    for i, (name, args, timeout_s) in enumerate(run_list(quick, only, cpu=gpu_count() < NPROC), 1):
-        left = budget_s - (time.monotonic() - start)
-        if left < 60:
-            run = {"name": name, "args": args, "ok": False, "results": [], "error": f"skipped: budget {budget_s:g} s spent"}
-        else:
-            print(f"[flagship] {i}: {name} ...", flush=True)
-            run = run_one(name, DEMO, NPROC, args, min(timeout_s, left), show)
+    for name, args, timeout_s in run_list(quick, only, cpu=gpu_count() < NPROC):
+        [run] = run_part("flagship", "runs", [(name, DEMO, NPROC, args, timeout_s)], start + budget_s, show)
         runs.append(run)
         rows.append(summarize(name, run))
         print(json.dumps(rows[-1]), flush=True)  # one JSON line per run

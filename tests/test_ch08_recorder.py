@@ -4,7 +4,7 @@ reference and reports a profiler split; the profiler arithmetic merges overlappi
 
 import pytest
 
-from helpers import chapter08
+from helpers import chapter08, recorder
 from helpers.demos.ch08_train import layout_from, parser
 from helpers.launch import launch
 from helpers.profiling import merged_length, split
@@ -58,7 +58,7 @@ def test_record_survives_failures(monkeypatch):
         calls.append(name)
         return {"name": name, "ok": False, "error": "boom\nlast line", "results": [], "seconds": 0.1}
 
-    monkeypatch.setattr(chapter08, "run_one", fake)
+    monkeypatch.setattr(recorder, "run_one", fake)
     out = chapter08.record(["oom"], quick=False, budget_s=1e9, save_results=False)
     assert len(calls) == len(chapter08.OOM_RUNS) and out["oom"][0]["info"]["cap_gib"] > 0
 

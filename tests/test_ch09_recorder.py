@@ -6,7 +6,7 @@ import importlib
 
 import pytest
 
-from helpers import chapter09
+from helpers import chapter09, recorder
 from helpers.demos.ch09_hybrid import PEAK_FLOPS, PRESETS, flops_per_token, mfu
 from helpers.env import RESULT_PREFIX, gpu_count
 from helpers.tinyllama import llama_config, llama_params
@@ -48,14 +48,26 @@ def test_mfu_definition():
 def test_results_of_a_failed_launch_are_kept():
     lines = {-1: ["torchrun says"], 1: [RESULT_PREFIX + '{"rank": 1, "seq": 4}'],
              0: ["x", RESULT_PREFIX + '{"rank": 0, "seq": 2}', RESULT_PREFIX + '{"rank": 0, "seq": 4}']}
-    assert [(r["rank"], r["seq"]) for r in chapter09.results_in(lines)] == [(0, 2), (0, 4), (1, 4)]
+    assert [(r["rank"], r["seq"]) for r in recorder.results_in(lines)] == [(0, 2), (0, 4), (1, 4)]
 
 
 @pytest.mark.skipif(gpu_count() >= 2, reason="checks the CPU refusal")
 def test_a_failing_run_is_recorded_not_raised():
-    run = chapter09.run_one("tp=2", "ch09_hybrid", 2, ["--tp", "2", "--preset", "tiny"], 120)
+    run = recorder.run_one("tp=2", "ch09_hybrid", 2, ["--tp", "2", "--preset", "tiny"], 120)
     assert run["ok"] is False and "needs one CUDA GPU" in run["error"] and run["results"] == []
     assert "helpers.demos.ch09_hybrid" in run["command"]
+
+
+def test_a_part_stops_before_each_run_when_told_why_or_out_of_budget():
+    import time
+
+    runs = [("a", "ch09_hybrid", 2, [], 60.0), ("b", "ch09_hybrid", 2, [], 60.0)]
+    out = recorder.run_part("t", "p", runs, time.monotonic() + 1e6, not_run="no data")
+    assert [(r["name"], r["ok"], r["error"], r["part"]) for r in out] == [("a", False, "no data", "p"), ("b", False, "no data", "p")]
+    out = recorder.run_part("t", "p", runs, time.monotonic() + 5)  # less than MIN_LEFT_S left
+    assert all("budget" in r["error"] and r["results"] == [] for r in out)
+    assert recorder.status({"ok": True, "results": [{"oom": True}]}) == "ok (out of memory, caught)"
+    assert recorder.status({"ok": False, "error": "x\nRuntimeError: y\n"}) == "FAILED: RuntimeError: y"
 
 
 def test_digits_and_cifar_checks():

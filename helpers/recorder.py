@@ -1,0 +1,68 @@
+"""The GPU recorders' shared loop: one torchrun per run, a time budget, a progress line per run.
+
+Used by Chapter 8's and 9's recorders (:mod:`helpers.chapter08`, :mod:`helpers.chapter09`) and by
+the flagship benchmark (:mod:`helpers.flagship`). A run that fails is kept as a record with its
+error text (and any RESULT lines its ranks printed before failing), so one bad layout never costs
+the rest of a recording; a run that would start after the budget is recorded as skipped.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import time
+
+from helpers.env import RESULT_PREFIX
+from helpers.launch import LaunchError, launch, torchrun_command
+
+MIN_LEFT_S = 30  # a run is not started with less than this left of the budget
+
+
+def results_in(lines: dict[int, list[str]]) -> list[dict]:
+    """RESULT lines a failed launch had printed before it failed (rank order)."""
+    found = []
+    for rank in sorted(r for r in lines if r >= 0):
+        found += [json.loads(t[len(RESULT_PREFIX):]) for t in lines[rank] if t.startswith(RESULT_PREFIX)]
+    return found
+
+
+def run_one(name: str, demo: str, gpus: int, args: list[str], timeout_s: float, show: str = "none") -> dict:
+    """Launch one run; a failure becomes a record with its error text instead of an exception."""
+    record = {"name": name, "demo": demo, "gpus": gpus, "args": args,
+              "command": shlex.join(torchrun_command(demo, gpus, args))}
+    start = time.monotonic()
+    try:
+        result = launch(demo, gpus, args, timeout_s=timeout_s, show=show)
+        record.update(ok=True, results=result.results)
+    except LaunchError as e:
+        record.update(ok=False, error=str(e)[-3000:], results=results_in(e.lines))
+    record["seconds"] = round(time.monotonic() - start, 1)
+    return record
+
+
+def status(run: dict) -> str:
+    """'ok', 'ok (out of memory, caught)' or 'FAILED: <last line of the error>'."""
+    if not run["ok"]:
+        return "FAILED: " + run["error"].strip().splitlines()[-1][:200]
+    return "ok" + (" (out of memory, caught)" if any(r.get("oom") for r in run["results"]) else "")
+
+
+def run_part(tag: str, part: str, runs: list[tuple[str, str, int, list[str], float]], deadline: float,
+             show: str = "none", not_run: str | None = None) -> list[dict]:
+    """Run ``(name, demo, gpus, args, timeout_s)`` in order until ``deadline`` (time.monotonic()).
+
+    ``not_run``: a reason that stops every run of the part before it starts (e.g. missing data)."""
+    out = []
+    for name, demo, gpus, args, timeout_s in runs:
+        left = deadline - time.monotonic()
+        reason = not_run or (f"skipped: the recording's budget was spent" if left < MIN_LEFT_S else None)
+        if reason:
+            out.append({"name": name, "demo": demo, "gpus": gpus, "args": args, "ok": False, "error": reason,
+                        "results": [], "part": part})
+            print(f"[{tag}] {part}: {name}: not run: {reason}", flush=True)
+            continue
+        print(f"[{tag}] {part}: {name} on {gpus} GPU(s) ...", flush=True)
+        run = {**run_one(name, demo, gpus, args, min(timeout_s, left), show), "part": part}
+        print(f"[{tag}] {part}: {name}: {status(run)} ({run['seconds']} s)", flush=True)
+        out.append(run)
+    return out
