@@ -19,16 +19,16 @@ import copy
 import time
 
 import torch
-import torch.distributed as dist
 
 from helpers.demos.ch01_hybrid import DTYPES, train_reference_mixed
 from helpers.demos.ch07_memory import Trainer
 from helpers.demos.ch09_hybrid import mfu
-from helpers.env import distributed, emit, say, sync
-from helpers.memory_layouts import CPU_SHAPE, TrainLayout, plugin_spec
 from helpers import speed
+from helpers.env import distributed, emit, say, sync
+from helpers.fsdp2 import FSDP2Trainer
+from helpers.memory_layouts import CPU_SHAPE, TrainLayout, plugin_spec
 from helpers.profiling import breakdown
-from helpers.tinyllama import build_llama, llama_params, shard_batch, token_batch
+from helpers.tinyllama import build_llama, llama_params, token_batch
 
 
 def optimizer_name(args, device) -> str:
@@ -40,32 +40,6 @@ def optimizer_name(args, device) -> str:
 
 def make_optimizer(model, args, device):
     return speed.make_optimizer(optimizer_name(args, device), model.parameters(), args.lr)  # AdamW's decay 0.01
-
-
-class FSDP2Trainer:
-    """The same step as Chapter 7's Trainer, with ``fully_shard`` on every decoder layer and the root."""
-
-    def __init__(self, layout, model, args, device):
-        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-
-        dtype = DTYPES[layout.precision]
-        mp = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32) if dtype != torch.float32 else None
-        kw = {"mp_policy": mp} if mp else {}
-        for layer in model.model.layers:
-            fully_shard(layer, **kw)
-        fully_shard(model, **kw)
-        self.layout, self.model, self.device = layout, model, device
-        self.opt = make_optimizer(model, args, device)
-        self.dp_rank, self.dp_size = dist.get_rank(), dist.get_world_size()
-
-    def step(self, k: int) -> float:
-        full = token_batch(k, self.layout.global_batch, self.layout.seq, self.layout.shape.vocab)
-        batch = {n: t.to(self.device) for n, t in shard_batch(full, self.dp_rank, self.dp_size).items()}
-        loss = self.model(**batch).loss
-        loss.backward()
-        self.opt.step()
-        self.opt.zero_grad()
-        return float(loss.detach().float())
 
 
 def build(layout, args, env):
@@ -88,7 +62,9 @@ def build(layout, args, env):
     if args.framework == "fsdp2":
         if args.compile:  # before fully_shard, as torchtitan does: FSDP2's hooks stay outside the graphs
             speed.compile_layers(model)
-        return FSDP2Trainer(layout, model, args, env.device), None, config, reference
+        trainer = FSDP2Trainer(layout, model, lambda m: make_optimizer(m, args, env.device), env.device,
+                               DTYPES[layout.precision])
+        return trainer, None, config, reference
     from colossalai.booster import Booster
 
     import colossalai.booster.plugin as plugins
