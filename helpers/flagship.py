@@ -30,7 +30,7 @@ from helpers.mfu import flops_per_token, mfu
 DEMO = "ch08_train"
 NPROC = 2
 SHAPE = ["--layers", "16", "--hidden", "2048", "--heads", "16", "--kv_heads", "16", "--vocab", "32000"]
-COMMON = ["--precision", "bf16", "--seq", "2048", "--steps", "10", "--warmup", "3", "--ref_steps", "3"]
+COMMON = ["--precision", "bf16", "--seq", "2048", "--steps", "10", "--warmup", "3", "--ref_steps", "3", "--profile", "1"]
 FSDP2 = ["--framework", "fsdp2"]
 ZERO2 = ["--plugin", "zero", "--zero_stage", "2"]
 BUCKET = ["--plugin_kw", "reduce_bucket_size_in_m=128"]
@@ -91,7 +91,8 @@ def summarize(name: str, run: dict) -> dict:
                peak_gib=round(max(r.get("peak_mib", 0) for r in ranks) / 1024, 1),
                loss_last=None if last is None else round(last, 4), reference=ref,
                max_ref_gap=None if gap is None else round(gap, 4),
-               loss_ok=finite and (gap is None or gap <= LOSS_TOLERANCE), seconds=run.get("seconds"))
+               loss_ok=finite and (gap is None or gap <= LOSS_TOLERANCE), seconds=run.get("seconds"),
+               seconds_per_step=r0.get("seconds_per_step"), kernels=(r0.get("profile") or {}).get("kernels"))
     return row
 
 
@@ -154,6 +155,17 @@ def table_rows(record: dict) -> list[dict]:
                      "MFU % (all params)": f"{100 * s['mfu_all_params']:.1f}", "peak GiB": s["peak_gib"],
                      "loss after n steps": s["loss_last"], "max |Δ ref|": s["max_ref_gap"],
                      "loss ok": "yes" if s["loss_ok"] else "NO"})
+    return rows
+
+
+def kernel_rows(record: dict) -> list[dict]:
+    """Rank 0's profiled device time per step by kind of kernel (helpers.profiling.kernel_classes), per run."""
+    rows = []
+    for run in record["runs"]:
+        s = summarize(run["name"], run)
+        if s["ok"] and s.get("kernels"):
+            row = {"name": s["name"], "timed step ms": round(1000 * s["seconds_per_step"], 1)}
+            rows.append({**row, **{f"{c} ms": v for c, v in s["kernels"]["ms"].items()}})
     return rows
 
 

@@ -9,6 +9,10 @@ the ``gloo:*`` / ``c10d::*`` operators and compute is every other ``aten::`` ope
 picture, since a CPU rank computes and waits on the same cores.
 
 Communication share (the seed's 通信占比) = comm / (comm + compute), with each side's merged time.
+
+``kernel_classes`` answers the flagship run's other question, *which* compute is slow: device time
+per step by kind of kernel (matrix multiplies, attention, Triton kernels from ``torch.compile``,
+cross-entropy, the optimizer, copies and casts, other elementwise) and the longest kernels.
 """
 
 from __future__ import annotations
@@ -58,8 +62,40 @@ def device_events(prof, device: str) -> list[tuple[str, float, float]]:
 
 def breakdown(prof, device: str, steps: int) -> dict:
     """Per-step milliseconds of compute, communication and exposed communication, and the share."""
-    parts = split(device_events(prof, device))
+    events = device_events(prof, device)
+    parts = split(events)
     out = {k.replace("_us", "_ms"): round(v / 1000 / steps, 3) for k, v in parts.items() if k.endswith("_us")}
     out["comm_share"] = round(parts["comm_share"], 4)
     out["device"] = device
+    out["kernels"] = kernel_classes(events, steps)
     return out
+
+
+KERNEL_CLASSES = (  # (class, words in the kernel's name); the first match wins, "elementwise/other" is the rest
+    ("communication", _COMM_WORDS),
+    ("attention", ("flash", "fmha", "attention", "attn")),
+    ("matmul", ("gemm", "cutlass", "xmma", "nvjet", "cublas", "aten::mm", "aten::addmm", "aten::bmm", "matmul")),
+    ("triton (compiled)", ("triton",)),
+    ("cross-entropy", ("log_softmax", "nll_loss", "cross_entropy", "softmax")),
+    ("optimizer", ("adam", "multi_tensor", "foreach")),
+    ("copy/cast", ("copy", "memcpy", "memset", "cast", "fill")),
+)
+
+
+def kernel_class(name: str) -> str:
+    low = name.lower()
+    return next((c for c, words in KERNEL_CLASSES if any(w in low for w in words)), "elementwise/other")
+
+
+def kernel_classes(events: list[tuple[str, float, float]], steps: int, top: int = 5) -> dict:
+    """{'ms': {class: ms per step}, 'top': [[name, ms per step], ...]} from (name, start_us, end_us) events.
+
+    Kernel durations are summed, not merged: on one stream compute kernels run one after another."""
+    per_class: dict[str, float] = {}
+    per_name: dict[str, float] = {}
+    for name, a, b in events:
+        per_class[kernel_class(name)] = per_class.get(kernel_class(name), 0.0) + (b - a)
+        per_name[name] = per_name.get(name, 0.0) + (b - a)
+    longest = sorted(per_name.items(), key=lambda kv: -kv[1])[:top]
+    return {"ms": {c: round(v / 1000 / steps, 3) for c, v in sorted(per_class.items(), key=lambda kv: -kv[1])},
+            "top": [[n[:90], round(v / 1000 / steps, 3)] for n, v in longest]}

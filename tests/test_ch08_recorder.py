@@ -96,3 +96,19 @@ def test_gemini_part_differs_only_in_async_reduce():
     assert {k: v for k, v in vars(a).items() if k not in ("plugin_kw", "name")} == \
         {k: v for k, v in vars(b).items() if k not in ("plugin_kw", "name")}
     assert signature(GeminiPlugin).parameters["enable_async_reduce"].default is True  # the default under test
+
+
+def test_kernel_classes_sort_cuda_kernel_names():
+    from helpers.profiling import kernel_class, kernel_classes
+
+    names = {"sm90_xmma_gemm_bf16bf16_bf16f32": "matmul", "nvjet_tst_128x256_64x4": "matmul",
+             "pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits>": "attention",
+             "triton_per_fused__to_copy_add_mean_mul_pow_rsqrt_0": "triton (compiled)",
+             "ncclDevKernel_ReduceScatter_Sum_bf16_RING_LL": "communication",
+             "void at::native::(anonymous namespace)::cunn_SoftMaxForward": "cross-entropy",
+             "void multi_tensor_apply_kernel<TensorListMetadata<4>, AdamFunctor>": "optimizer",
+             "void at::native::elementwise_kernel<128, 2, direct_copy_kernel_cuda>": "copy/cast",
+             "void at::native::vectorized_elementwise_kernel<4, silu_kernel>": "elementwise/other"}
+    assert {n: kernel_class(n) for n in names} == names
+    out = kernel_classes([("gemm_a", 0, 3000), ("gemm_a", 5000, 6000), ("silu", 3000, 4000)], steps=2)
+    assert out["ms"] == {"matmul": 2.0, "elementwise/other": 0.5} and out["top"][0] == ["gemm_a", 2.0]

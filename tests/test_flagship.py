@@ -123,3 +123,15 @@ def test_recorded_flagship_table_and_figure():
     assert setup({"plugin": "zero", "compiled": True, "optimizer": "adamw_fused", "micro_batch": 8,
                   "plugin_kw": {"reduce_bucket_size_in_m": 128}}) == \
         "LowLevelZero ZeRO-2 · compiled · adamw_fused · buckets 128 M · mbs 8"
+
+
+def test_kernel_rows_read_rank_zeros_profile():
+    from helpers.flagship import kernel_rows
+
+    rank = dict(framework="fsdp2", plugin="fully_shard", optimizer="adamw", compiled=False, micro_batch=8,
+                global_batch=16, seq=2048, gpus=2, tokens_per_s=100_000, mfu=0.3, params=10, layers=1, hidden=8,
+                losses=[1.0], reference=[], seconds_per_step=0.3276,
+                profile={"kernels": {"ms": {"matmul": 200.0, "attention": 40.0}, "top": []}})
+    rows = kernel_rows({"runs": [{"name": "a", "ok": True, "results": [rank]},
+                                 {"name": "b", "ok": True, "results": [{**rank, "profile": None}]}]})
+    assert rows == [{"name": "a", "timed step ms": 327.6, "matmul ms": 200.0, "attention ms": 40.0}]
