@@ -10,7 +10,8 @@ Parts: ``resnet`` (the ResNet demo under each plugin, on the digits: CIFAR-10 is
 box either, the run says so), ``hybrid`` (HybridParallelPlugin layouts of a 0.54 B Llama: tokens/s,
 MFU, peak memory, loss against a single-GPU reference), ``nan`` (the tp=2 bf16 NaN study on one
 repeated batch), ``moe`` (MoeHybridParallelPlugin, Mixtral, ep=2 and ep=1), ``sp`` (sequence
-length sweep until out of memory: no SP, split_gather, all_to_all; ring_attn attempted).
+length sweep until out of memory: no SP, split_gather, all_to_all; ring_attn attempted) and
+``nan2048`` (the NaN study at the report's sequence length, 2,048: the run that would settle it).
 Each run has its own torchrun and timeout; a failing run is recorded with its error and the
 recording goes on. Nothing here needs a GPU to import: the tests check the run lists on CPU.
 """
@@ -23,7 +24,7 @@ from helpers.recorder import run_part
 from helpers.results import recorder_main, save
 
 NPROC = 2
-PARTS = ("resnet", "hybrid", "nan", "moe", "sp")
+PARTS = ("resnet", "hybrid", "nan", "moe", "sp", "nan2048")
 RESNET_PLUGINS = ("torch_ddp", "torch_ddp_fp16", "low_level_zero", "gemini")
 HYBRID_COMMON = ["--preset", "half", "--batch", "16", "--seq", "1024", "--steps", "10", "--ref_steps", "4",
                  "--optim", "hybrid_adam"]
@@ -42,6 +43,11 @@ NAN_RUNS = {
     "tp=2 bf16, repeated, logits gathered (parallel_output=0)": ["--tp", "2", "--repeat", "--parallel_output", "0"],
     "dp=2 bf16, one repeated batch": ["--repeat"],
     "tp=2 bf16, fresh batches": ["--tp", "2"],
+}
+NAN2048_RUNS = {  # the report's setting exactly (seq 2048, batch 8, zero 0): the run that would settle the NaN
+    "tp=2 bf16, one repeated batch, seq 2048": ["--tp", "2", "--repeat"],
+    "dp=2 bf16, one repeated batch, seq 2048": ["--repeat"],
+    "tp=2 bf16, repeated, seq 2048, logits gathered": ["--tp", "2", "--repeat", "--parallel_output", "0"],
 }
 MOE_RUNS = {"Mixtral ep=2 (zero 1)": ["--ep", "2"], "Mixtral ep=1, experts replicated (zero 1)": ["--ep", "1"]}
 SP_RUNS = {
@@ -71,6 +77,10 @@ def run_list(part: str, quick: bool = False) -> list[tuple[str, str, int, list[s
             return [("tp=2 bf16, repeated (tiny)", "ch09_hybrid", 2, ["--tp", "2", "--repeat", "--watch", "--preset", "tiny",
                                                                     "--seq", "256", "--steps", "6", "--ref_steps", "0"], 240.0)]
         return [(n, "ch09_hybrid", 2, NAN_COMMON + a, 300.0) for n, a in NAN_RUNS.items()]
+    if part == "nan2048":
+        common = [a if a != "1024" else "2048" for a in NAN_COMMON]
+        runs = [(n, "ch09_hybrid", 2, common + a, 300.0) for n, a in NAN2048_RUNS.items()]
+        return run_list("nan", quick=True) if quick else runs
     if part == "moe":
         if quick:
             return [("Mixtral ep=2 (small)", "ch09_mixtral", 2, ["--ep", "2", "--layers", "2", "--hidden", "256",
