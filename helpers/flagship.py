@@ -43,6 +43,10 @@ RUNS = [  # (name, flags): the knob each row changes is in its name
     ("+ torch.compile per layer", TUNED + ["--micro_batch", "8"]),
     ("+ fused torch AdamW instead of HybridAdam", TUNED + ["--optim", "adamw_fused", "--micro_batch", "8"]),
     ("+ micro-batch 8 → 16", TUNED + ["--optim", "adamw_fused", "--micro_batch", "16"]),
+    ("+ overlap the parameter all-gather", TUNED + ["--optim", "adamw_fused", "--micro_batch", "16",
+                                                    "--plugin_kw", "overlap_allgather=True"]),
+    ("ZeRO-2 → ZeRO-1 (all-reduce, no gradient shards)", ["--plugin", "zero", "--zero_stage", "1"] + BUCKET +
+     ["--compile", "--optim", "adamw_fused", "--micro_batch", "16"]),
     ("FSDP2 + torch.compile per layer", FSDP2 + ["--compile", "--micro_batch", "8"]),
     ("FSDP2 + torch.compile + fused AdamW", FSDP2 + ["--compile", "--optim", "adamw_fused", "--micro_batch", "8"]),
     ("FSDP2 + torch.compile, micro-batch 16", FSDP2 + ["--compile", "--optim", "adamw_fused", "--micro_batch", "16"]),

@@ -135,3 +135,22 @@ def test_kernel_rows_read_rank_zeros_profile():
     rows = kernel_rows({"runs": [{"name": "a", "ok": True, "results": [rank]},
                                  {"name": "b", "ok": True, "results": [{**rank, "profile": None}]}]})
     assert rows == [{"name": "a", "timed step ms": 327.6, "matmul ms": 200.0, "attention ms": 40.0}]
+
+
+def test_plugin_kwargs_of_every_run_are_the_plugins_own():
+    """A misspelt keyword would cost a GPU run: check each against the plugin's signature here."""
+    from inspect import signature
+
+    import colossalai.booster.plugin as plugins
+
+    from helpers.memory_layouts import plugin_spec
+    from helpers.demos.ch08_train import layout_from
+
+    for name, args, _ in run_list():
+        ns = parser().parse_args(args)
+        kw = speed.plugin_kwargs(ns.plugin_kw)
+        if ns.framework == "colossal":
+            cls = getattr(plugins, plugin_spec(layout_from(ns))[0])
+            assert set(kw) <= set(signature(cls).parameters), (name, kw)
+        else:
+            assert kw == {}, name
