@@ -269,16 +269,6 @@ def merge_runs(earlier: dict | None, records: list[dict]) -> list[dict]:
     return kept + records
 
 
-def carried_over(record: dict) -> list[str]:
-    """One line per earlier recording whose runs a --only re-recording kept (commit, date, count)."""
-    groups: dict[tuple, int] = {}
-    for r in record["runs"]:
-        if "provenance" in r:
-            key = (r["provenance"].get("git_commit", "?")[:10], r["provenance"].get("date", "?"))
-            groups[key] = groups.get(key, 0) + 1
-    return [f"{n} runs carried over from the recording of {date} at commit {commit}" for (commit, date), n in groups.items()]
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--record", action="store_true", help="write results/<hardware>/ch07_memory.json")

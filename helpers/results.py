@@ -85,12 +85,25 @@ def load(name: str) -> dict:
 
 
 def describe(record: dict) -> str:
-    """One paragraph of provenance for a notebook."""
+    """One paragraph of provenance for a notebook (plus a line per earlier recording whose runs it kept)."""
     p = record["provenance"]
     v = p["versions"]
-    return (f"Recorded on {p['hardware']} on {p['date']} with torch {v['torch']} (CUDA {v['cuda']}), "
-            f"Colossal-AI {v['colossalai']}, transformers {v['transformers']}, commit {p['git_commit'][:10]}.\n"
-            f"Command: {p['command']}")
+    return "\n".join([f"Recorded on {p['hardware']} on {p['date']} with torch {v['torch']} (CUDA {v['cuda']}), "
+                      f"Colossal-AI {v['colossalai']}, transformers {v['transformers']}, commit {p['git_commit'][:10]}.",
+                      f"Command: {p['command']}"] + carried_over(record))
+
+
+def carried_over(record: dict) -> list[str]:
+    """One line per earlier recording whose runs a partial re-recording kept (commit, date, count).
+
+    A re-recording of some runs (Chapter 7's ``--only``) stamps each kept run with its own provenance."""
+    groups: dict[tuple, int] = {}
+    for r in record.get("runs", []):
+        if isinstance(r, dict) and "provenance" in r:
+            key = (r["provenance"].get("git_commit", "?")[:10], r["provenance"].get("date", "?"))
+            groups[key] = groups.get(key, 0) + 1
+    return [f"{n} of the {len(record['runs'])} runs were recorded earlier: on {date} at commit {commit}"
+            for (commit, date), n in groups.items()]
 
 
 def format_table(rows: list[dict], columns: list[str]) -> str:

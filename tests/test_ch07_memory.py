@@ -260,11 +260,12 @@ def test_gpu_peak_is_predicted_within_ten_percent(name):
 
 
 def test_a_partial_re_recording_keeps_each_runs_provenance():
-    from helpers.chapter07 import carried_over, merge_runs
+    from helpers.chapter07 import merge_runs
+    from helpers.results import carried_over
 
     earlier = {"provenance": {"git_commit": "a" * 40, "date": "day 1"}, "runs": [{"name": "x"}, {"name": "y"}]}
     runs = merge_runs(earlier, [{"name": "y", "new": True}])
     assert [r["name"] for r in runs] == ["x", "y"] and runs[0]["provenance"]["date"] == "day 1"
     assert "provenance" not in runs[1] and runs[1]["new"]
-    assert carried_over({"runs": runs}) == ["1 runs carried over from the recording of day 1 at commit aaaaaaaaaa"]
+    assert carried_over({"runs": runs}) == ["1 of the 2 runs were recorded earlier: on day 1 at commit aaaaaaaaaa"]
     assert merge_runs(None, runs[1:]) == runs[1:]
