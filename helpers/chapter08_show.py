@@ -13,6 +13,7 @@ import math
 
 from helpers.comm import NOMINAL_LINKS, ops_time, tp_layer_ops
 from helpers.demos.ch09_hybrid import PEAK_FLOPS
+from helpers.recorder import loss_verdict, mean_losses
 
 RECORD_COMMAND = "python -m helpers.chapter08 --record --parts {part}"
 
@@ -36,36 +37,6 @@ def _runs(record: dict) -> list[dict]:
     return [r for r in record["runs"] if "name" in r]
 
 
-def _mean_losses(results: list[dict]) -> list[float]:
-    """The global loss per step: the mean over the ranks that report one (dp ranks, or the last stage)."""
-    per_rank = [r["losses"] for r in results if r.get("losses")]
-    steps = max((len(x) for x in per_rank), default=0)
-    out = []
-    for k in range(steps):
-        vals = [x[k] for x in per_rank if k < len(x) and x[k] is not None]
-        out.append(sum(vals) / len(vals) if vals else float("nan"))
-    return out
-
-
-def loss_verdict(results: list[dict], tolerance: float = 0.05) -> dict:
-    """Whether a run's losses count: {'valid': bool, 'reason': str}.
-
-    A run is invalid when its mean loss (over the ranks that report one) is not finite at some step,
-    or departs from the single-GPU reference (same global batches, trained first on every rank) by
-    more than ``tolerance`` at a step the reference covers. A fast run with a wrong loss measures
-    nothing (Chapter 6's Gemini run: NaN from the third step on).
-    """
-    mean = _mean_losses(results)
-    bad = next((k for k, x in enumerate(mean) if not math.isfinite(x)), None)
-    if bad is not None:
-        return {"valid": False, "reason": f"loss not finite from step {bad + 1} on"}
-    ref = next((r["reference"] for r in results if r.get("reference")), [])
-    diffs = [abs(a - b) for a, b in zip(mean, ref)]
-    if diffs and max(diffs) > tolerance:
-        return {"valid": False, "reason": f"loss departs from the reference by {max(diffs):.3f}"}
-    return {"valid": True, "reason": f"within {tolerance} of the reference" if ref else "finite (no reference)"}
-
-
 def point(run: dict) -> dict:
     """The numbers of one recorded run: rank 0's throughput and MFU, the peak over ranks, each rank's
     profile, the loss verdict; ``oom`` when a rank ran out of memory, ``failed`` when it did not run."""
@@ -79,7 +50,7 @@ def point(run: dict) -> dict:
     if out["oom"]:
         return out
     return {**out, "tokens_per_s": r0["tokens_per_s"], "tokens_per_s_per_gpu": r0["tokens_per_s"] / r0["gpus"],
-            "mfu": r0["mfu"], "global_batch": r0["global_batch"], "seconds_per_step": r0["seconds_per_step"], "losses": _mean_losses(res),
+            "mfu": r0["mfu"], "global_batch": r0["global_batch"], "seconds_per_step": r0["seconds_per_step"], "losses": mean_losses(res),
             "profiles": [r.get("profile") for r in res], **loss_verdict(res)}
 
 

@@ -20,11 +20,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import shlex
 import time
 
-from helpers.recorder import run_part
+from helpers.recorder import loss_verdict, mean_losses, run_part
 from helpers.mfu import flops_per_token, mfu
 
 DEMO = "ch08_train"
@@ -79,12 +78,8 @@ def summarize(name: str, run: dict) -> dict:
         return row
     r0 = ranks[0]
     gpus, seq = r0["gpus"], r0["seq"]
-    losses = [[x for x in r["losses"]] for r in ranks]
-    mean = [sum(col) / len(col) if None not in col else None for col in zip(*losses)]  # equal shards: global mean
-    last = next((x for x in reversed(mean) if x is not None), None)
-    ref = r0["reference"]
-    gap = max((abs(a - b) for a, b in zip(mean, ref) if a is not None), default=None) if ref else None
-    finite = last is not None and math.isfinite(last) and all(x is None or math.isfinite(x) for x in mean)
+    mean = mean_losses(ranks)  # equal shards: the mean of the ranks' losses is the global batch's
+    verdict = loss_verdict(ranks, LOSS_TOLERANCE)
     all_params = flops_per_token(r0["params"], r0["layers"], r0["hidden"], seq)
     kw = r0.get("plugin_kw") or ({"reduce_bucket_size_in_m": r0["bucket_mb"]} if r0.get("bucket_mb") else {})
     row.update(framework=r0["framework"], plugin=r0["plugin"], optimizer=r0["optimizer"], compiled=r0.get("compiled"),
@@ -93,9 +88,8 @@ def summarize(name: str, run: dict) -> dict:
                tokens_per_s_per_gpu=round(r0["tokens_per_s"] / gpus), mfu=r0["mfu"],
                mfu_all_params=round(mfu(r0["tokens_per_s"], all_params, gpus), 4),
                peak_gib=round(max(r.get("peak_mib", 0) for r in ranks) / 1024, 1),
-               loss_last=None if last is None else round(last, 4), reference=ref,
-               max_ref_gap=None if gap is None else round(gap, 4),
-               loss_ok=finite and (gap is None or gap <= LOSS_TOLERANCE), seconds=run.get("seconds"),
+               loss_last=round(mean[-1], 4) if mean else None, reference=r0["reference"],
+               max_ref_gap=verdict["max_ref_gap"], loss_ok=verdict["valid"], seconds=run.get("seconds"),
                seconds_per_step=r0.get("seconds_per_step"), kernels=(r0.get("profile") or {}).get("kernels"))
     return row
 

@@ -4,11 +4,13 @@ Used by Chapter 8's and 9's recorders (:mod:`helpers.chapter08`, :mod:`helpers.c
 the flagship benchmark (:mod:`helpers.flagship`). A run that fails is kept as a record with its
 error text (and any RESULT lines its ranks printed before failing), so one bad layout never costs
 the rest of a recording; a run that would start after the budget is recorded as skipped.
+:func:`loss_verdict` reads a recorded run's losses against its single-GPU reference.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import shlex
 import time
 
@@ -66,3 +68,36 @@ def run_part(tag: str, part: str, runs: list[tuple[str, str, int, list[str], flo
         print(f"[{tag}] {part}: {name}: {status(run)} ({run['seconds']} s)", flush=True)
         out.append(run)
     return out
+
+
+def mean_losses(results: list[dict]) -> list[float]:
+    """The global loss per step: the mean over the ranks that report one (dp ranks, or the last stage)."""
+    per_rank = [r["losses"] for r in results if r.get("losses")]
+    steps = max((len(x) for x in per_rank), default=0)
+    out = []
+    for k in range(steps):
+        vals = [x[k] for x in per_rank if k < len(x) and x[k] is not None]
+        out.append(sum(vals) / len(vals) if vals else float("nan"))
+    return out
+
+
+def loss_verdict(results: list[dict], tolerance: float = 0.05) -> dict:
+    """Whether a run's losses count: {'valid': bool, 'reason': str, 'max_ref_gap': float | None}.
+
+    A run is invalid when its mean loss (over the ranks that report one) is not finite at some step,
+    or departs from the single-GPU reference (same global batches, trained first on every rank) by
+    more than ``tolerance`` at a step the reference covers. A fast run with a wrong loss measures
+    nothing (Chapter 6's Gemini run: NaN from the third step on). Used by Chapters 6 and 8's tables and
+    the flagship benchmark (:mod:`helpers.flagship`).
+    """
+    mean = mean_losses(results)
+    ref = next((r["reference"] for r in results if r.get("reference")), [])
+    diffs = [abs(a - b) for a, b in zip(mean, ref)]
+    finite = [d for d in diffs if math.isfinite(d)]
+    gap = {"max_ref_gap": round(max(finite), 4) if finite else None}
+    bad = next((k for k, x in enumerate(mean) if not math.isfinite(x)), None)
+    if bad is not None:
+        return {"valid": False, "reason": f"loss not finite from step {bad + 1} on", **gap}
+    if diffs and max(diffs) > tolerance:
+        return {"valid": False, "reason": f"loss departs from the reference by {max(diffs):.3f}", **gap}
+    return {"valid": True, "reason": f"within {tolerance} of the reference" if ref else "finite (no reference)", **gap}
