@@ -3,6 +3,7 @@
     python -m helpers.flagship --record                 # every run (~9 min on 2×H200) -> results/<hw>/flagship.json
     python -m helpers.flagship --record --only "FSDP2, eager" "LowLevelZero ZeRO-2, eager"
     python -m helpers.flagship --quick                  # a tiny shape (on CPU: gloo, fp32, FSDP2 and TorchDDP)
+    python -m helpers.flagship --record --head_to_head  # the best runs, alternated 3 rounds -> flagship_h2h.json
 
 Every run is :mod:`helpers.demos.ch08_train` in its own torchrun: the same model (16 layers, hidden
 2048, 32 000-token vocabulary), the same fresh token batches (micro-batch 8 × 2048 tokens per GPU
@@ -50,11 +51,20 @@ RUNS = [  # (name, flags): the knob each row changes is in its name
     ("FSDP2 + torch.compile + fused AdamW", FSDP2 + ["--compile", "--optim", "adamw_fused", "--micro_batch", "8"]),
     ("FSDP2 + torch.compile, micro-batch 16", FSDP2 + ["--compile", "--optim", "adamw_fused", "--micro_batch", "16"]),
 ]
+HEAD_TO_HEAD = ("+ overlap the parameter all-gather", "+ micro-batch 8 → 16", "FSDP2 + torch.compile, micro-batch 16")
+ROUND = " · round "  # a repeated run's name: "<run> · round 2"
 LOSS_TOLERANCE = 0.05  # |mean rank loss − reference| over the reference steps, bf16 (ch09's runs: ≤ 0.01)
 
 
-def run_list(quick: bool = False, only: list[str] | None = None, cpu: bool = False) -> list[tuple[str, list[str], float]]:
-    """(name, demo args, timeout_s) of each run; ``quick`` = a tiny shape, 4 steps; ``cpu`` = FSDP2's only."""
+def run_list(quick: bool = False, only: list[str] | None = None, cpu: bool = False,
+             rounds: int = 1) -> list[tuple[str, list[str], float]]:
+    """(name, demo args, timeout_s) of each run; ``quick`` = a tiny shape, 4 steps; ``cpu`` = FSDP2's only.
+
+    ``rounds`` > 1 repeats the whole list that many times, interleaved (A B C A B C ...), so that a
+    drift of the machine over the minutes hits every run alike; names gain " · round k"."""
+    if rounds > 1:
+        once = run_list(quick, only, cpu)
+        return [(f"{n}{ROUND}{k}", a, t) for k in range(1, rounds + 1) for n, a, t in once]
     names = [n for n, _ in RUNS]
     for name in only or []:
         if name not in names:
@@ -94,26 +104,59 @@ def summarize(name: str, run: dict) -> dict:
     return row
 
 
-def record(quick: bool, only: list[str] | None, budget_s: float, save_results: bool, show: str = "none") -> list[dict]:
+def record(quick: bool, only: list[str] | None, budget_s: float, save_results: bool, show: str = "none",
+           head_to_head: bool = False) -> list[dict]:
+    """Run the list (or the head-to-head: :data:`HEAD_TO_HEAD`, 3 interleaved rounds), one JSON line per run."""
+    from helpers.env import gpu_count
     from helpers.results import save
 
     start, rows, runs = time.monotonic(), [], []
     command = "python -m helpers.flagship" + (" --record" if save_results else "") + (" --quick" if quick else "") + \
-        (" --only " + " ".join(shlex.quote(n) for n in only) if only else "")
-    from helpers.env import gpu_count
-
-    for name, args, timeout_s in run_list(quick, only, cpu=gpu_count() < NPROC):
+        (" --head_to_head" if head_to_head else "") + (" --only " + " ".join(shlex.quote(n) for n in only) if only else "")
+    rounds, record_name = (3, "flagship_h2h") if head_to_head else (1, "flagship")
+    only = only or (list(HEAD_TO_HEAD) if head_to_head else None)
+    for name, args, timeout_s in run_list(quick, only, cpu=gpu_count() < NPROC, rounds=rounds):
         [run] = run_part("flagship", "runs", [(name, DEMO, NPROC, args, timeout_s)], start + budget_s, show)
         runs.append(run)
         rows.append(summarize(name, run))
         print(json.dumps(rows[-1]), flush=True)  # one JSON line per run
         if save_results:  # after every run: a recording cut short keeps what it measured
-            path = save("flagship_quick" if quick else "flagship", [{**r, "summary": s} for r, s in zip(runs, rows)],
+            path = save(record_name + ("_quick" if quick else ""), [{**r, "summary": s} for r, s in zip(runs, rows)],
                         command)
+    if head_to_head:
+        for row in compare(rows):
+            print(json.dumps(row), flush=True)
     if save_results:
         print(f"[flagship] wrote {path}", flush=True)
     print(f"[flagship] done in {time.monotonic() - start:.0f} s", flush=True)
     return rows
+
+
+def compare(rows: list[dict]) -> list[dict]:
+    """The head-to-head's verdict: per run, the median over its rounds and the ratio to FSDP2's median.
+
+    ``rows`` are :func:`summarize` rows named "<run> · round k"; a run counts only if every round
+    finished with its loss on the reference. The ratio is of tokens/s per GPU (the same model, batch
+    and precision, so also of MFU)."""
+    import statistics
+
+    groups: dict[str, list[dict]] = {}
+    for r in rows:
+        groups.setdefault(r["name"].split(ROUND)[0], []).append(r)
+    out = []
+    for name, rs in groups.items():
+        valid = all(r["ok"] and r["loss_ok"] for r in rs)
+        speeds = [r["tokens_per_s_per_gpu"] for r in rs if r["ok"]]
+        out.append({"name": name, "rounds": len(rs), "valid": valid,
+                    "framework": next((r["framework"] for r in rs if r["ok"]), None),
+                    "tokens_per_s_per_gpu": speeds, "median": statistics.median(speeds) if speeds else None,
+                    "mfu_median": statistics.median(r["mfu"] for r in rs if r["ok"]) if speeds else None,
+                    "mfu_all_params_median": statistics.median(r["mfu_all_params"] for r in rs if r["ok"]) if speeds else None,
+                    "spread": round((max(speeds) - min(speeds)) / statistics.median(speeds), 4) if speeds else None})
+    fsdp = [g for g in out if g["framework"] == "fsdp2" and g["valid"]]
+    for g in out:
+        g["vs_fsdp2"] = round(g["median"] / fsdp[0]["median"], 4) if fsdp and g["median"] else None
+    return out
 
 
 COLUMNS = ["name", "setup", "tokens/s/GPU", "MFU %", "MFU % (all params)", "peak GiB", "loss after n steps", "max |Δ ref|",
@@ -195,13 +238,15 @@ def main() -> None:
     p.add_argument("--quick", action="store_true", help="the tiny shape (flagship_quick.json)")
     p.add_argument("--only", nargs="*", default=None, help="run names to run")
     p.add_argument("--budget_s", type=float, default=570, help="skip the runs that would start after this")
+    p.add_argument("--head_to_head", action="store_true",
+                   help="the best Colossal-AI and FSDP2 runs, 3 interleaved rounds (flagship_h2h.json)")
     p.add_argument("--show", choices=("none", "rank0", "all"), default="none", help="stream the ranks' output")
     args = p.parse_args()
     try:
         run_list(args.quick, args.only)
     except ValueError as e:
         p.error(str(e))
-    record(args.quick, args.only, args.budget_s, args.record, args.show)
+    record(args.quick, args.only, args.budget_s, args.record, args.show, args.head_to_head)
 
 
 if __name__ == "__main__":

@@ -13,6 +13,11 @@ is one change a reader can make to their own step, measured one at a time on 2×
 * ``--plugin_kw reduce_bucket_size_in_m=128`` (:func:`plugin_kwargs`): LowLevelZero's default
   of 12 M elements splits a 0.94 B model's gradients into ~80 reduce-scatters; bigger buckets
   mean fewer, larger NCCL calls (the α term of Chapter 3's α-β model).
+* :func:`wait_gathers_per_layer` — ``--plugin_kw overlap_allgather=True`` under ``--compile``:
+  LowLevelZero then all-gathers the updated parameters asynchronously after ``step()`` and waits
+  for each one just before it is used. Colossal-AI does the wait in a tensor-level hook (a
+  ``ColoParameter.__torch_function__``) that ``torch.compile`` cannot trace; this moves the same
+  wait to a forward pre-hook on each compiled layer, outside the graph.
 """
 
 from __future__ import annotations
@@ -77,3 +82,45 @@ def plugin_kwargs(pairs: list[str] | None) -> dict:
         except (ValueError, SyntaxError):
             out[key] = text
     return out
+
+
+def wait_gathers_per_layer(model) -> int:
+    """Make LowLevelZero's ``overlap_allgather`` work with :func:`compile_layers`; returns the hooks added.
+
+    With ``overlap_allgather=True`` the optimizer leaves one pending all-gather per parameter after
+    ``step()`` (``zero_hook.set_all_gather_handle``) and the plugin turns every parameter into a
+    ``ColoParameter`` whose ``__torch_function__`` waits before the first op that reads it. Dynamo
+    cannot trace that hook, so a compiled layer fails. Here the parameters become plain
+    ``nn.Parameter`` again (same objects, so the optimizer's maps still hold), the tensor-level hook
+    is removed, and the same wait runs as a forward pre-hook: on each compiled layer's wrapper for
+    all its parameters, and on every other module for the parameters it owns directly. The next
+    forward still overlaps: layer i waits only for its own gathers while later ones are in flight.
+    Call after :func:`compile_layers`.
+    """
+    from colossalai.tensor.colo_parameter import ColoParameter
+    from colossalai.zero.low_level.zero_hook import ZeroOpHook, wait_all_gather_handle
+
+    if not any(isinstance(h, ZeroOpHook) for h in getattr(model, "op_hooks", [])):
+        raise ValueError("the model was not boosted by LowLevelZeroPlugin(overlap_allgather=True)")
+    model.op_hooks = [h for h in model.op_hooks if not isinstance(h, ZeroOpHook)]
+    for p in model.parameters():
+        if type(p) is ColoParameter:
+            p.__class__ = torch.nn.Parameter
+
+    def waiter(params):
+        def hook(module, args):
+            for p in params:
+                wait_all_gather_handle(p)
+        return hook
+
+    compiled = [m for m in model.modules() if isinstance(m, torch._dynamo.eval_frame.OptimizedModule)]
+    inside = {id(m) for c in compiled for m in c.modules() if m is not c}
+    hooks = 0
+    for module in model.modules():
+        if id(module) in inside:
+            continue
+        params = list(module.parameters(recurse=module in compiled))
+        if params:
+            module.register_forward_pre_hook(waiter(params))
+            hooks += 1
+    return hooks

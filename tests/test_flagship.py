@@ -154,3 +154,44 @@ def test_plugin_kwargs_of_every_run_are_the_plugins_own():
             assert set(kw) <= set(signature(cls).parameters), (name, kw)
         else:
             assert kw == {}, name
+
+
+def test_overlap_allgather_waits_move_to_layer_pre_hooks_and_compile():
+    """speed.wait_gathers_per_layer: the gather a ZeRO step leaves pending is waited for before the
+    layer that reads it runs, and the compiled layer no longer sees a ColoParameter."""
+    from colossalai.tensor.colo_parameter import ColoParameter
+    from colossalai.zero.low_level.zero_hook import ZeroOpHook, set_all_gather_handle
+
+    class Wrapper(torch.nn.Module):  # what LowLevelZeroModel(overlap_allgather=True) leaves
+        def __init__(self):
+            super().__init__()
+            self.module = torch.nn.ModuleDict({"embed": torch.nn.Embedding(8, 4),
+                                               "layers": torch.nn.ModuleList([torch.nn.Linear(4, 4)])})
+            self.op_hooks = [ZeroOpHook()]
+            for p in self.module.parameters():
+                p.__class__ = ColoParameter
+
+    model = Wrapper()
+    with pytest.raises(ValueError):
+        speed.wait_gathers_per_layer(torch.nn.Linear(2, 2))
+    model.module["layers"][0] = torch.compile(model.module["layers"][0], backend="eager")
+    assert speed.wait_gathers_per_layer(model) == 2  # the embedding, the compiled layer
+    assert model.op_hooks == [] and all(type(p) is torch.nn.Parameter for p in model.parameters())
+
+    waited = []
+
+    class Handle:
+        def __init__(self, name):
+            self.name = name
+
+        def wait(self):
+            waited.append(self.name)
+
+    for name, p in model.module.named_parameters():
+        set_all_gather_handle(p, Handle(name))
+    x = model.module["embed"](torch.tensor([1, 2]))
+    assert waited == ["embed.weight"]
+    model.module["layers"][0](x).sum().backward()
+    assert waited[1:] == ["layers.0._orig_mod.weight", "layers.0._orig_mod.bias"]
+    model.module["layers"][0](x)  # a handle is waited for once
+    assert len(waited) == 3

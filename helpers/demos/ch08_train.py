@@ -78,6 +78,8 @@ def build(layout, args, env):
     model, opt, _, _, _ = booster.boost(model, make_optimizer(model, args, env.device))
     if args.compile:  # after boost: shardformer's policies match the uncompiled module names
         speed.compile_layers(model)
+        if kwargs.get("overlap_allgather"):  # Colossal-AI's own wait is a tensor hook Dynamo cannot trace
+            speed.wait_gathers_per_layer(model)
     return Trainer(layout, booster, model, opt, env.device, plugin), plugin, config, reference
 
 
