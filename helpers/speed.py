@@ -18,6 +18,10 @@ is one change a reader can make to their own step, measured one at a time on 2×
   for each one just before it is used. Colossal-AI does the wait in a tensor-level hook (a
   ``ColoParameter.__torch_function__``) that ``torch.compile`` cannot trace; this moves the same
   wait to a forward pre-hook on each compiled layer, outside the graph.
+* :func:`grad_norm_on_device` — LowLevelZero's ``step()`` computes the global gradient norm even
+  when nothing is clipped, in fp64, one parameter at a time, and reads it on the host twice
+  (``float()``, ``.item()``): the CPU waits for the whole backward before it launches the ~500
+  small kernels of the step, and the GPU idles while it does. This keeps the norm a GPU tensor.
 """
 
 from __future__ import annotations
@@ -124,3 +128,50 @@ def wait_gathers_per_layer(model) -> int:
             module.register_forward_pre_hook(waiter(params))
             hooks += 1
     return hooks
+
+
+def grad_norm_on_device(optimizer) -> None:
+    """Remove the host syncs from a LowLevelZero ``step()`` that does not clip (``max_norm`` 0).
+
+    Colossal-AI 0.5.0's ``LowLevelZeroOptimizer.step`` always calls ``_compute_grad_norm`` (each
+    gradient shard cast to fp64, its norm, a Python sum, ``float()``, an all-reduce, ``.item()``) and
+    ``calculate_global_norm_from_list`` (``math.sqrt``), then multiplies every gradient by
+    ``1 / div_scale`` even when that is 1 (bf16 has no loss scale). Here the norm is one fused
+    ``torch._foreach_norm`` in fp32 plus the same all-reduce, kept on the GPU
+    (``optimizer.get_grad_norm()`` returns a 0-dim tensor), and the multiply by one is skipped. The
+    update itself is unchanged, so the losses are too.
+    """
+    import torch.distributed as dist
+    from colossalai.zero.low_level import low_level_optim
+
+    if not hasattr(optimizer, "_compute_grad_norm") or not hasattr(optimizer, "_unscale_and_clip_grads"):
+        raise TypeError(f"not a LowLevelZero optimizer: {type(optimizer).__name__}")
+    if optimizer._clip_grad_norm > 0:
+        raise ValueError("clipping compares the norm on the host (max_norm > 0): keep Colossal-AI's own step")
+
+    def compute(dp_pg, gradients, norm_type=2.0):
+        if not gradients:
+            return 0.0
+        if float(norm_type) != 2.0:
+            raise ValueError("grad_norm_on_device computes the 2-norm only")
+        squares = torch.stack(torch._foreach_norm(gradients, 2.0, dtype=torch.float32)).square().sum()
+        for group in dp_pg if isinstance(dp_pg, tuple) else (dp_pg,):
+            dist.all_reduce(squares, op=dist.ReduceOp.SUM, group=group)
+        return squares.sqrt()
+
+    def unscale(grads, total_norm):
+        mixin = optimizer.mixed_precision_mixin
+        div_scale = mixin.get_grad_div_scale() if mixin is not None else 1.0
+        if not (isinstance(div_scale, float) and div_scale == 1.0):
+            torch._foreach_mul_(grads, 1.0 / div_scale)
+
+    original = low_level_optim.calculate_global_norm_from_list
+    if not getattr(original, "on_device", False):
+        def global_norm(norm_list):  # the same sum of squares, without math.sqrt's host read of a tensor
+            if not any(isinstance(n, torch.Tensor) for n in norm_list):
+                return original(norm_list)
+            return sum(n ** 2.0 for n in norm_list) ** 0.5 if norm_list else 0.0
+        global_norm.on_device = True
+        low_level_optim.calculate_global_norm_from_list = global_norm
+    optimizer._compute_grad_norm = compute
+    optimizer._unscale_and_clip_grads = unscale

@@ -195,3 +195,49 @@ def test_overlap_allgather_waits_move_to_layer_pre_hooks_and_compile():
     assert waited[1:] == ["layers.0._orig_mod.weight", "layers.0._orig_mod.bias"]
     model.module["layers"][0](x)  # a handle is waited for once
     assert len(waited) == 3
+
+
+def test_grad_norm_on_device_equals_colossalais_norm_and_skips_the_multiply_by_one(monkeypatch):
+    """speed.grad_norm_on_device: the same 2-norm as LowLevelZeroOptimizer._compute_grad_norm (fp64,
+    host) and calculate_global_norm_from_list, but as a GPU-side tensor; no multiply when the scale is 1."""
+    import socket
+
+    import torch.distributed as dist
+    from colossalai.zero.low_level import low_level_optim
+    from colossalai.zero.low_level.low_level_optim import LowLevelZeroOptimizer
+
+    monkeypatch.setattr(low_level_optim, "calculate_global_norm_from_list",
+                        low_level_optim.calculate_global_norm_from_list)  # restored after the test
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    try:
+        class Fake:  # the attributes step() reads, as a bf16 LowLevelZeroOptimizer has them
+            _clip_grad_norm, mixed_precision_mixin = 0.0, None
+
+        opt = Fake()
+        opt._compute_grad_norm = LowLevelZeroOptimizer._compute_grad_norm.__get__(opt)
+        opt._unscale_and_clip_grads = LowLevelZeroOptimizer._unscale_and_clip_grads.__get__(opt)
+        grads = [torch.randn(1000, generator=torch.Generator().manual_seed(i)).to(torch.bfloat16) for i in range(3)]
+        host = opt._compute_grad_norm(dp_pg=dist.group.WORLD, gradients=grads)
+        expected = low_level_optim.calculate_global_norm_from_list([host, host])
+        speed.grad_norm_on_device(opt)
+        device = opt._compute_grad_norm(dp_pg=dist.group.WORLD, gradients=grads)
+        assert isinstance(device, torch.Tensor) and device.dtype == torch.float32
+        assert float(device) == pytest.approx(host, rel=1e-6)
+        total = low_level_optim.calculate_global_norm_from_list([device, device])
+        assert isinstance(total, torch.Tensor) and float(total) == pytest.approx(expected, rel=1e-6)
+        assert low_level_optim.calculate_global_norm_from_list([3.0, 4.0]) == 5.0  # floats: Colossal-AI's own
+        before = [g.clone() for g in grads]
+        opt._unscale_and_clip_grads(grads, device)
+        assert all(torch.equal(a, b) for a, b in zip(grads, before))
+        with pytest.raises(ValueError, match="2-norm"):
+            opt._compute_grad_norm(dist.group.WORLD, grads, norm_type=float("inf"))
+        opt._clip_grad_norm = 1.0
+        with pytest.raises(ValueError, match="clipping"):
+            speed.grad_norm_on_device(opt)
+        with pytest.raises(TypeError):
+            speed.grad_norm_on_device(torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1))
+    finally:
+        dist.destroy_process_group()

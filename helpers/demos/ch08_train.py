@@ -80,6 +80,8 @@ def build(layout, args, env):
         speed.compile_layers(model)
         if kwargs.get("overlap_allgather"):  # Colossal-AI's own wait is a tensor hook Dynamo cannot trace
             speed.wait_gathers_per_layer(model)
+    if args.norm_on_device:
+        speed.grad_norm_on_device(opt)
     return Trainer(layout, booster, model, opt, env.device, plugin), plugin, config, reference
 
 
@@ -124,6 +126,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--mem_cap_gib", type=float, default=None)
     p.add_argument("--profile", type=int, default=0, help="steps under the PyTorch profiler")
     p.add_argument("--compile", action="store_true", help="torch.compile each decoder layer (helpers.speed)")
+    p.add_argument("--norm_on_device", action="store_true",
+                   help="LowLevelZero: keep the unused gradient norm on the GPU, no host sync in step() (helpers.speed)")
     p.add_argument("--optim", choices=speed.OPTIMIZERS, default=None, help="default: hybrid_adam on GPUs, else adamw")
     p.add_argument("--plugin_kw", action="append", default=None, metavar="NAME=VALUE",
                    help="extra plugin constructor kwargs, e.g. reduce_bucket_size_in_m=128 (repeatable)")
@@ -156,7 +160,7 @@ def main() -> None:
                       microbatches=layout.microbatches, global_batch=layout.global_batch, seq=layout.seq,
                       layers=layout.shape.layers, hidden=layout.shape.hidden,
                       recompute=layout.recompute, overlap=args.overlap,
-                      optimizer=optimizer_name(args, env.device), compiled=args.compile,
+                      optimizer=optimizer_name(args, env.device), compiled=args.compile, norm_on_device=args.norm_on_device,
                       plugin_kw=speed.plugin_kwargs(args.plugin_kw),
                       gpus=env.world_size, oom=False,
                       mem_cap_gib=args.mem_cap_gib, device=torch.cuda.get_device_name(env.device) if env.is_gpu else "cpu")
