@@ -1,7 +1,8 @@
 """Tables for Chapters 6 and 8 from the recorded GPU runs (``helpers.chapter08``), and the
 communication model's case for keeping tensor parallelism inside a node.
 
-Used by ``notebooks/06_frameworks.ipynb`` and ``notebooks/08_troubleshooting.ipynb``. A part that
+Used by ``notebooks/06_frameworks.ipynb`` (also :func:`gemini_rows`: Gemini with and without its
+asynchronous gradient reduce) and ``notebooks/08_troubleshooting.ipynb``. A part that
 is not recorded yet yields no rows and :func:`missing` says which command records it; nothing here
 invents a number. :func:`loss_verdict` marks a run whose loss is not finite or departs from the
 single-GPU reference: its speed does not count.
@@ -83,6 +84,49 @@ def rows(part: str) -> list[dict]:
     """One summary row per recorded run of ``part`` (empty when not recorded)."""
     record = recorded(part)
     return [] if record is None else [_summary(r) for r in _runs(record)]
+
+
+# -- Chapter 6: Gemini's NaN and its asynchronous gradient reduce ---------------------------------
+def first_nonfinite_step(losses: list[float]) -> int | None:
+    """The 1-based step of the first loss that is missing or not finite; None when all are finite."""
+    return next((k + 1 for k, x in enumerate(losses) if x is None or not math.isfinite(x)), None)
+
+
+def async_reduce(run: dict) -> bool:
+    """Whether a Gemini run kept its asynchronous gradient reduce-scatter: the recorded plugin kwargs'
+    ``enable_async_reduce``, else GeminiPlugin's default (True in Colossal-AI 0.5.0)."""
+    return next((r["plugin_kw"]["enable_async_reduce"] for r in run.get("results", [])
+                 if "enable_async_reduce" in (r.get("plugin_kw") or {})), True)
+
+
+def gemini_points() -> dict[bool, dict]:
+    """Chapter 6: :func:`point` of each run of part ``gemini`` (the 0.94 B Llama under Gemini with the
+    asynchronous gradient reduce on, the default, and off), keyed by ``enable_async_reduce``; {} when
+    not recorded."""
+    record = recorded("gemini")
+    return {} if record is None else {async_reduce(run): point(run) for run in _runs(record)}
+
+
+def gemini_rows() -> list[dict]:
+    """One row per Gemini run of part ``gemini``: tokens/s and MFU (rank 0), the mean loss of the
+    first three steps against the single-GPU reference, the first step whose mean loss is not finite,
+    and :func:`loss_verdict`."""
+    record = recorded("gemini")
+    out = []
+    for run in ([] if record is None else _runs(record)):
+        p = point(run)
+        row = {"run": run["name"], "enable_async_reduce": str(async_reduce(run))}
+        if p["failed"] or p["oom"]:
+            out.append({**row, "valid": "did not run: " + (p.get("error") or "out of memory").splitlines()[-1][:120]})
+            continue
+        ref = next((r["reference"] for r in run["results"] if r.get("reference")), [])
+        bad = first_nonfinite_step(p["losses"])
+        out.append({**row, "tokens/s": f"{p['tokens_per_s']:,}", "MFU": f"{100 * p['mfu']:.1f} %",
+                    "mean loss, steps 1-3": ", ".join(f"{x:.3f}" for x in p["losses"][:3]),
+                    "reference, steps 1-3": ", ".join(f"{x:.3f}" for x in ref[:3]),
+                    "first non-finite step": f"{bad} of {len(p['losses'])}" if bad else f"none of {len(p['losses'])}",
+                    "valid": "yes" if p["valid"] else "NO: " + p["reason"]})
+    return out
 
 
 def info(part: str) -> dict:

@@ -243,16 +243,32 @@ def _cite(p: dict | None) -> str:
     return text if p["valid"] else text + f" — INVALID ({p['reason']}), not counted"
 
 
-def decision_rows(points: list[dict] | None = None) -> list[dict]:
-    """The seed's "when to choose which", each row with its evidence read from Chapter 6's recorded
-    comparison (``ch08_compare``: 0.94 B Llama, batch 8 × 2048, bf16, 2 GPUs; default: the record
-    found by :func:`helpers.chapter08_show.points`)."""
-    if points is None:
-        from helpers.chapter08_show import points as recorded_points
+def _gemini_fix(gemini: dict[bool, dict]) -> str:
+    """What Chapter 6's part ``gemini`` (the same model under Gemini, asynchronous gradient reduce on
+    and off) adds to the evidence, or '' when it is not recorded."""
+    on, off = gemini.get(True), gemini.get(False)
+    if not (on and off) or any(p.get("failed") or p.get("oom") for p in (on, off)):
+        return ""
+    if not off["valid"]:
+        return f"; with enable_async_reduce=False (part gemini) still INVALID ({off['reason']})"
+    default = "valid too" if on["valid"] else f"{on['reason']} again"
+    return (f"; with enable_async_reduce=False (part gemini, same model): {off['tokens_per_s'] / 1000:.1f}k tokens/s, "
+            f"MFU {100 * off['mfu']:.1f} %, loss within 0.05 of the reference (with the default: {default})")
 
-        points = recorded_points("compare")
+
+def decision_rows(points: list[dict] | None = None, gemini: dict[bool, dict] | None = None) -> list[dict]:
+    """The seed's "when to choose which", each row with its evidence read from Chapter 6's recorded
+    comparison (``ch08_compare``: 0.94 B Llama, batch 8 × 2048, bf16, 2 GPUs) and its Gemini re-run
+    with and without the asynchronous gradient reduce (``ch08_gemini``, keyed by
+    ``enable_async_reduce``). Default: the records found by :mod:`helpers.chapter08_show`; with
+    ``points`` given and ``gemini`` not, no Gemini re-run is cited."""
+    if points is None:
+        from helpers.chapter08_show import gemini_points, points as recorded_points
+
+        points, gemini = recorded_points("compare"), gemini_points() if gemini is None else gemini
     fsdp, zero = _measured(points, "FSDP2"), _measured(points, "LowLevelZero")
-    tp, gemini = _measured(points, "tp=2"), _measured(points, "Gemini")
+    tp, gemini_run = _measured(points, "tp=2"), _measured(points, "Gemini")
+    fix = _gemini_fix(gemini or {})
     ratio = (f"; ZeRO-2 {zero['tokens_per_s'] / fsdp['tokens_per_s']:.2f}× FSDP2's throughput in the same run"
              if fsdp and zero and fsdp["valid"] and zero["valid"] else "")
     return [
@@ -261,8 +277,10 @@ def decision_rows(points: list[dict] | None = None) -> list[dict]:
                    "or PyTorch FSDP2",
          "evidence": f"{_cite(zero)}; {_cite(fsdp)}{ratio}"},
         {"situation": "the model states do not fit even sharded over data parallelism, or must go to CPU memory",
-         "choose": "ZeRO-3 with placement / offload: Colossal-AI Gemini, DeepSpeed ZeRO-3 offload",
-         "evidence": f"{_cite(gemini)}; memory per layout in Chapter 7"},
+         "choose": "ZeRO-3 with placement / offload: Colossal-AI Gemini, DeepSpeed ZeRO-3 offload"
+                   + (" (Gemini with enable_async_reduce=False: see the evidence)" if fix and gemini[False]["valid"]
+                      and not gemini[True]["valid"] else ""),
+         "evidence": f"{_cite(gemini_run)}{fix}; memory per layout in Chapter 7"},
         {"situation": "one layer's weights or activations do not fit one GPU (tens to hundreds of billions)",
          "choose": "tensor (+ sequence) parallelism inside a node: Megatron-LM, or Colossal-AI HybridParallel",
          "evidence": _cite(tp) + (f"; {tp['tokens_per_s'] / zero['tokens_per_s']:.2f}× ZeRO-2's throughput, "
