@@ -107,7 +107,7 @@ def test_quick_flagship_runs_fsdp2_eager_and_compiled_on_gloo():
 
 def test_recorded_flagship_table_and_figure():
     """The book's table is recomputed from the ranks' results; every recorded run's loss is checked."""
-    from helpers.flagship import COLUMNS, figure, recorded, setup, table_rows
+    from helpers.flagship_show import COLUMNS, figure, recorded, setup, table_rows
 
     record = recorded()
     if record is None:
@@ -120,13 +120,16 @@ def test_recorded_flagship_table_and_figure():
             assert row["setup"] == setup(s) and row["MFU %"] == f"{100 * s['mfu']:.1f}" and row["loss ok"] == "yes"
             assert s["tokens_per_s_per_gpu"] * s["gpus"] == pytest.approx(run["results"][0]["tokens_per_s"], abs=2)
     assert len(figure(record).axes[0].patches) == sum(summarize(r["name"], r)["ok"] for r in record["runs"])
+    assert setup({"plugin": "zero", "zero_stage": 1, "compiled": False, "optimizer": "adamw", "micro_batch": 16,
+                  "plugin_kw": {"overlap_allgather": True}, "norm_on_device": True}) == \
+        "LowLevelZero ZeRO-1 · eager · adamw · overlapped all-gather · norm on GPU · mbs 16"
     assert setup({"plugin": "zero", "compiled": True, "optimizer": "adamw_fused", "micro_batch": 8,
                   "plugin_kw": {"reduce_bucket_size_in_m": 128}}) == \
         "LowLevelZero ZeRO-2 · compiled · adamw_fused · buckets 128 M · mbs 8"
 
 
 def test_kernel_rows_read_rank_zeros_profile():
-    from helpers.flagship import kernel_rows
+    from helpers.flagship_show import kernel_rows
 
     rank = dict(framework="fsdp2", plugin="fully_shard", optimizer="adamw", compiled=False, micro_batch=8,
                 global_batch=16, seq=2048, gpus=2, tokens_per_s=100_000, mfu=0.3, params=10, layers=1, hidden=8,
@@ -134,7 +137,8 @@ def test_kernel_rows_read_rank_zeros_profile():
                 profile={"kernels": {"ms": {"matmul": 200.0, "attention": 40.0}, "top": []}})
     rows = kernel_rows({"runs": [{"name": "a", "ok": True, "results": [rank]},
                                  {"name": "b", "ok": True, "results": [{**rank, "profile": None}]}]})
-    assert rows == [{"name": "a", "timed step ms": 327.6, "matmul ms": 200.0, "attention ms": 40.0}]
+    assert rows == [{"name": "a", "timed step ms": 327.6, "compute ms": 240.0, "step − compute ms": 87.6,
+                     "matmul ms": 200.0, "attention ms": 40.0}]
 
 
 def test_plugin_kwargs_of_every_run_are_the_plugins_own():
@@ -241,3 +245,47 @@ def test_grad_norm_on_device_equals_colossalais_norm_and_skips_the_multiply_by_o
             speed.grad_norm_on_device(torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1))
     finally:
         dist.destroy_process_group()
+
+
+def _round_row(name, tps, framework="colossal", ok=True, loss_ok=True, error=""):
+    return {"name": name, "ok": ok, "loss_ok": loss_ok, "framework": framework, "tokens_per_s_per_gpu": tps,
+            "mfu": tps / 1e6, "mfu_all_params": tps / 9e5, "error": error}
+
+
+def test_head_to_head_medians_ratio_and_skipped_rounds():
+    """compare(): medians per run over the rounds that ran, the ratio to FSDP2's; a bad loss invalidates."""
+    from helpers.flagship import HEAD_TO_HEAD, ROUND, compare
+
+    assert [n for n, _, _ in run_list(only=list(HEAD_TO_HEAD), rounds=2)] == \
+        [f"{n}{ROUND}{k}" for k in (1, 2) for n in HEAD_TO_HEAD]
+    rows = [_round_row(f"cai{ROUND}1", 100), _round_row(f"fsdp{ROUND}1", 90, "fsdp2"),
+            _round_row(f"cai{ROUND}2", 104), _round_row(f"fsdp{ROUND}2", 94, "fsdp2"),
+            _round_row(f"cai{ROUND}3", 0, ok=False, error="skipped: the recording's budget was spent"),
+            _round_row(f"bad{ROUND}1", 200, loss_ok=False)]
+    out = {g["name"]: g for g in compare(rows)}
+    assert out["cai"]["rounds"] == 2 and out["cai"]["median"] == 102 and out["cai"]["vs_fsdp2"] == round(102 / 92, 4)
+    assert out["cai"]["spread"] == pytest.approx(4 / 102, abs=1e-4) and out["cai"]["valid"]
+    assert out["fsdp"]["vs_fsdp2"] == 1.0 and not out["bad"]["valid"]
+
+
+def test_recorded_head_to_head_and_tuning_steps():
+    """The book's head-to-head and step tables, recomputed from the records."""
+    from helpers.flagship import HEAD_TO_HEAD, compare
+    from helpers.flagship_show import STEPS, h2h_figure, h2h_rows, recorded, step_rows
+
+    runs, h2h = recorded(), recorded("flagship_h2h")
+    if runs is None or h2h is None:
+        pytest.skip("no flagship records on this machine")
+    groups = compare([summarize(r["name"], r) for r in h2h["runs"]])
+    assert {g["name"] for g in groups} == set(HEAD_TO_HEAD) and all(g["valid"] for g in groups)
+    best = max(groups, key=lambda g: g["median"])
+    assert best["framework"] == "colossal" and best["vs_fsdp2"] > 1  # Colossal-AI ahead in the same run
+    assert best["mfu_median"] >= 0.5 and best["mfu_all_params_median"] >= 0.5
+    rows = h2h_rows(h2h)
+    assert [r["name"] for r in rows] == [g["name"] for g in groups]
+    assert len(h2h_figure(h2h).axes[0].collections) == len(groups)
+    steps = {r["step"]: r for r in step_rows(runs, h2h)}
+    assert set(steps) <= set(STEPS) and all(b in {n for n, _ in RUNS} for b in STEPS.values())
+    compiled = steps["+ torch.compile per layer"]
+    assert float(compiled["throughput ×"]) > 1.2  # the big step of the story
+    assert steps["+ overlap the parameter all-gather"]["throughput ×"] == "not in one record"
