@@ -289,3 +289,69 @@ def test_recorded_head_to_head_and_tuning_steps():
     compiled = steps["+ torch.compile per layer"]
     assert float(compiled["throughput ×"]) > 1.2  # the big step of the story
     assert steps["+ overlap the parameter all-gather"]["throughput ×"] == "not in one record"
+
+
+def test_chapter8_quotes_the_flagship_records():
+    """Every number the flagship section of Chapter 8 quotes is recomputed here from the records."""
+    from pathlib import Path
+
+    from helpers.flagship import compare
+    from helpers.flagship_show import kernel_rows, recorded, step_rows, table_rows
+
+    runs, h2h = recorded(), recorded("flagship_h2h")
+    if runs is None or h2h is None:
+        pytest.skip("no flagship records on this machine")
+    page = (Path(__file__).resolve().parent.parent / "book/08_troubleshooting.md").read_text()
+    page = " ".join(page.split())  # line breaks are spaces
+    table = {r["name"]: r for r in table_rows(runs)}
+    kernels = {r["name"]: r for r in kernel_rows(runs)}
+    steps = {r["step"]: r for r in step_rows(runs, h2h)}
+    groups = {g["name"]: g for g in compare([summarize(r["name"], r) for r in h2h["runs"]])}
+    h2h_kernels = kernel_rows(h2h)
+    eager, compiled = kernels["LowLevelZero ZeRO-2, eager"], kernels["+ torch.compile per layer"]
+    bucket = kernels["+ reduce buckets 12 → 128 M elements"]
+    cai16, fsdp16 = kernels["+ micro-batch 8 → 16"], kernels["FSDP2 + torch.compile, micro-batch 16"]
+    best, fsdp = groups["+ gradient norm kept on the GPU (no host sync in step)"], \
+        groups["FSDP2 + torch.compile, micro-batch 16"]
+    overlap1, norm1, fsdp1 = h2h_kernels[0], h2h_kernels[1], h2h_kernels[2]
+    assert "round 1" in norm1["name"] and "FSDP2" in fsdp1["name"] and "overlap" in overlap1["name"]
+    rounds = sorted(a / b for a, b in zip(best["tokens_per_s_per_gpu"], fsdp["tokens_per_s_per_gpu"]))
+    quoted = [
+        f"FSDP2 reached {table['FSDP2, eager']['MFU %']} %", f"HybridParallel ZeRO-2 {table['HybridParallel ZeRO-2, eager']['MFU %']} %",
+        f"LowLevelZero ZeRO-2 {table['LowLevelZero ZeRO-2, eager']['MFU %']} %",
+        f"took {eager['copy/cast ms']:.1f} ms", f"kernels {eager['elementwise/other ms']:.1f} ms of LowLevelZero's {eager['timed step ms']:.1f} ms",
+        f"against {eager['matmul ms']:.1f} ms of matrix",
+        f"gave ×{steps['+ reduce buckets 12 → 128 M elements']['throughput ×']}",
+        f"fell from {eager['communication ms']:.1f} to {bucket['communication ms']:.1f} ms",
+        f"×{steps['+ torch.compile per layer']['throughput ×']}, to {steps['+ torch.compile per layer']['MFU % after']} %",
+        f"Triton kernels ({compiled['triton (compiled) ms']:.1f} ms)", f"fell to {compiled['copy/cast ms']:.1f} ms",
+        f"kernels to {compiled['elementwise/other ms']:.1f} ms", f"from {bucket['timed step ms']} to {compiled['timed step ms']} ms",
+        f"gained ×{steps['FSDP2 + torch.compile per layer']['throughput ×']}",
+        f"(×{steps['+ fused torch AdamW instead of HybridAdam']['throughput ×']})",
+        f"kernel ({compiled['optimizer ms']:.1f} ms)",
+        f"({kernels['FSDP2 + torch.compile per layer']['optimizer ms']:.1f} → {kernels['FSDP2 + torch.compile + fused AdamW']['optimizer ms']:.1f} ms), ×{steps['FSDP2 + torch.compile + fused AdamW']['throughput ×']}",
+        f"gave ×{steps['+ micro-batch 8 → 16']['throughput ×']} ({steps['+ micro-batch 8 → 16']['MFU % after']} %)",
+        f"×{steps['FSDP2 + torch.compile, micro-batch 16']['throughput ×']} ({steps['FSDP2 + torch.compile, micro-batch 16']['MFU % after']} %)",
+        f"for {table['+ micro-batch 8 → 16']['peak GiB']} and {table['FSDP2 + torch.compile, micro-batch 16']['peak GiB']} GiB",
+        f"(×{steps['ZeRO-2 → ZeRO-1 (all-reduce, no gradient shards)']['throughput ×']})",
+        f"({table['FSDP2 + torch.compile, micro-batch 16']['tokens/s/GPU']} against {table['+ micro-batch 8 → 16']['tokens/s/GPU']} tokens/s",
+        f"({cai16['compute ms']:.1f} ms of compute per step against FSDP2's {fsdp16['compute ms']:.1f} ms",
+        f"took {fsdp16['matmul ms']:.1f} ms against {cai16['matmul ms']:.1f}",
+        f"for {cai16['step − compute ms']:.1f} ms of each step against {fsdp16['step − compute ms']:.1f} ms",
+        f"median of {best['median']:,.0f} tokens/s per GPU, {100 * best['mfu_median']:.1f} %",
+        f"({100 * best['mfu_all_params_median']:.1f} % with every parameter", f"against FSDP2's {fsdp['median']:,.0f} and {100 * fsdp['mfu_median']:.1f} %",
+        f"ratio of {best['vs_fsdp2']:.4f}", f"(by {100 * (rounds[0] - 1):.2f} % and {100 * (rounds[1] - 1):.2f} %)",
+        f"worth ×{steps['+ gradient norm kept on the GPU (no host sync in step)']['throughput ×']}",
+        f"fell from {overlap1['elementwise/other ms']:.1f} to {norm1['elementwise/other ms']:.1f} ms",
+        f"from {overlap1['copy/cast ms']:.1f} to {norm1['copy/cast ms']:.1f} ms (the fp64",
+        f"rounds spread {100 * groups['+ overlap the parameter all-gather']['spread']:.1f} %",
+        f"({norm1['compute ms']:.1f} ms of compute against {fsdp1['compute ms']:.1f} ms)",
+        f"nothing for {norm1['step − compute ms']:.1f} ms of each step, against {fsdp1['step − compute ms']:.1f} ms",
+        f"from {table['LowLevelZero ZeRO-2, eager']['MFU %']} % MFU", f"reached {100 * fsdp['mfu_median']:.1f} %",
+        f"×{steps['+ torch.compile per layer']['throughput ×']}, a micro-batch of 16 ×{steps['+ micro-batch 8 → 16']['throughput ×']}",
+        f"host syncs ×{steps['+ gradient norm kept on the GPU (no host sync in step)']['throughput ×']}",
+        f"cut copies and casts from {bucket['copy/cast ms']:.1f} to {compiled['copy/cast ms']:.1f} ms",
+    ]
+    missing = [q for q in quoted if q not in page]
+    assert not missing, missing
+    assert best["valid"] and fsdp["valid"] and best["vs_fsdp2"] > 1 and len(rounds) == 2 and rounds[0] > 1
