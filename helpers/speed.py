@@ -31,6 +31,30 @@ import torch
 OPTIMIZERS = ("hybrid_adam", "adamw", "adamw_fused")
 
 
+def add_arguments(p) -> None:
+    """The knobs' command-line flags (:mod:`helpers.demos.ch08_train`)."""
+    p.add_argument("--compile", action="store_true", help="torch.compile each decoder layer")
+    p.add_argument("--norm_on_device", action="store_true",
+                   help="LowLevelZero: keep the unused gradient norm on the GPU, no host sync in step()")
+    p.add_argument("--optim", choices=OPTIMIZERS, default=None, help="default: hybrid_adam on GPUs, else adamw")
+    p.add_argument("--plugin_kw", action="append", default=None, metavar="NAME=VALUE",
+                   help="extra plugin constructor kwargs, e.g. reduce_bucket_size_in_m=128 (repeatable)")
+
+
+def tune_boosted(model, optimizer, args, plugin_kw: dict) -> None:
+    """Apply ``--compile`` and ``--norm_on_device`` to a model and optimizer a Colossal-AI plugin boosted.
+
+    Compiling comes after boosting (shardformer's policies match the uncompiled module names); with
+    ``overlap_allgather`` the all-gather waits then move to layer pre-hooks (Dynamo cannot trace
+    Colossal-AI's tensor hook)."""
+    if args.compile:
+        compile_layers(model)
+        if plugin_kw.get("overlap_allgather"):
+            wait_gathers_per_layer(model)
+    if args.norm_on_device:
+        grad_norm_on_device(optimizer)
+
+
 def decoder_owner(model):
     """The module holding ``.model.layers`` (a Hugging Face CausalLM) inside a plugin's wrappers."""
     seen = model

@@ -355,3 +355,20 @@ def test_chapter8_quotes_the_flagship_records():
     missing = [q for q in quoted if q not in page]
     assert not missing, missing
     assert best["valid"] and fsdp["valid"] and best["vs_fsdp2"] > 1 and len(rounds) == 2 and rounds[0] > 1
+
+
+def test_tune_boosted_applies_the_flags_it_is_given():
+    """speed.tune_boosted: --compile compiles the layers; --norm_on_device refuses a non-ZeRO optimizer."""
+    import argparse
+
+    p = argparse.ArgumentParser()
+    speed.add_arguments(p)
+    config = LlamaShape(layers=2, hidden=64, heads=4, kv_heads=4, vocab=128).config(max_seq=32)
+    model = build_llama(config)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    speed.tune_boosted(model, opt, p.parse_args([]), {})
+    assert type(model.model.layers[0]).__name__ != "OptimizedModule"
+    speed.tune_boosted(model, opt, p.parse_args(["--compile"]), {})
+    assert type(model.model.layers[0]).__name__ == "OptimizedModule"
+    with pytest.raises(TypeError, match="not a LowLevelZero optimizer"):
+        speed.tune_boosted(build_llama(config), opt, p.parse_args(["--norm_on_device"]), {})

@@ -76,12 +76,7 @@ def build(layout, args, env):
     plugin = getattr(plugins, name)(**kwargs)
     booster = Booster(plugin=plugin)
     model, opt, _, _, _ = booster.boost(model, make_optimizer(model, args, env.device))
-    if args.compile:  # after boost: shardformer's policies match the uncompiled module names
-        speed.compile_layers(model)
-        if kwargs.get("overlap_allgather"):  # Colossal-AI's own wait is a tensor hook Dynamo cannot trace
-            speed.wait_gathers_per_layer(model)
-    if args.norm_on_device:
-        speed.grad_norm_on_device(opt)
+    speed.tune_boosted(model, opt, args, kwargs)  # after boost: shardformer's policies see the plain modules
     return Trainer(layout, booster, model, opt, env.device, plugin), plugin, config, reference
 
 
@@ -125,12 +120,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--overlap", type=int, default=None, help="0/1: the plugin's overlap_communication")
     p.add_argument("--mem_cap_gib", type=float, default=None)
     p.add_argument("--profile", type=int, default=0, help="steps under the PyTorch profiler")
-    p.add_argument("--compile", action="store_true", help="torch.compile each decoder layer (helpers.speed)")
-    p.add_argument("--norm_on_device", action="store_true",
-                   help="LowLevelZero: keep the unused gradient norm on the GPU, no host sync in step() (helpers.speed)")
-    p.add_argument("--optim", choices=speed.OPTIMIZERS, default=None, help="default: hybrid_adam on GPUs, else adamw")
-    p.add_argument("--plugin_kw", action="append", default=None, metavar="NAME=VALUE",
-                   help="extra plugin constructor kwargs, e.g. reduce_bucket_size_in_m=128 (repeatable)")
+    speed.add_arguments(p)
     return p
 
 
