@@ -139,17 +139,47 @@ def hybrid_figure(runs: list[dict]):
     return fig
 
 
+def _complete(run: dict) -> bool:
+    """Every rank of the run printed a result with all its steps' losses."""
+    res = [r for r in run.get("results", []) if "losses" in r]
+    return bool(res) and len(res) == run.get("gpus", len(res)) and all(len(r["losses"]) == r.get("steps", len(r["losses"]))
+                                                                       for r in res)
+
+
+def run_status(run: dict) -> str:
+    """What the record says of a run, plainly: 'ok'; 'not run: <reason>' for a run the recorder skipped;
+    for a run whose launch failed after every rank had reported all its steps, that it did, and what the
+    stored error text holds (the launcher's message is stored cut to its last 3,000 characters, which
+    may hold only the end of a rank's RESULT line); otherwise 'failed: <last line of the error>'."""
+    if run.get("ok"):
+        return "ok"
+    error = (run.get("error") or "").strip()
+    if not run.get("results") and error.startswith("skipped: "):
+        return "not run: " + error.removeprefix("skipped: ")
+    if _complete(run):
+        last = error.splitlines()[-1] if error else ""
+        result_tail = "Traceback" not in error and last.endswith("}") and '"steps":' in last
+        held = "the end of a rank's RESULT line, no traceback" if result_tail else "failed: " + last[:120]
+        steps = _first(run)["losses"]
+        return (f"not ok: every rank reported all {len(steps)} steps, then the launch did not end cleanly "
+                f"(stored error text: {held})")
+    return _error(run)
+
+
 def nan_rows(runs: list[dict]) -> list[dict]:
+    """One row per run of a NaN study (parts ``nan`` and ``nan2048``): its status (:func:`run_status`),
+    the loss at a few steps, the first step with a non-finite loss, logit or gradient, the largest
+    logit. A run that reported its steps is shown with them whatever its status."""
     rows = []
     for run in runs:
         r = _first(run)
         if "losses" not in r:
-            rows.append({"run": run["name"], "losses": _error(run)})
+            rows.append({"run": run["name"], "status": run_status(run)})
             continue
         bad = [w["step"] for w in r.get("watch", []) if not (w["loss"] == w["loss"] and w["logits_finite"]
                                                              and w["grad_norm"] == w["grad_norm"])]
         watch = r.get("watch", [])
-        rows.append({"run": run["name"], "loss at steps 0/5/10/last": " / ".join(
+        rows.append({"run": run["name"], "status": run_status(run), "loss at steps 0/5/10/last": " / ".join(
             f"{r['losses'][k]:.3g}" for k in (0, 5, 10, -1) if -len(r["losses"]) <= k < len(r["losses"])),
             "first non-finite step": bad[0] if bad else "none",
             "max |logit|": f"{max(w['logit_absmax'] for w in watch):.0f}" if watch else "",
@@ -172,21 +202,38 @@ def moe_rows(runs: list[dict]) -> list[dict]:
     return rows
 
 
-def nan_figure(runs: list[dict]):
-    """Loss per step of each NaN-study run on a log scale; a cross marks a non-finite step."""
-    fig, ax = plt.subplots(figsize=(7, 3), dpi=DPI)
-    for run, colour, style in zip(runs, RANK_COLOURS, ("-", "--", ":", "-.")):
-        losses = _first(run).get("losses", [])
-        ax.plot(range(len(losses)), losses, style, color=colour, lw=1.5, label=run["name"])
-        bad = [k for k, x in enumerate(losses) if x != x or x in (float("inf"), float("-inf"))]
-        ax.plot(bad, [1.0] * len(bad), "x", color=colour, ms=10, mew=2)
-    ax.axvline(11, color="black", ls=":", lw=1)
-    ax.text(11.2, 1.0, "step of the reported NaN\n(0.95 B, seq 2048)", fontsize=7)
-    ax.set_yscale("log")
-    ax.set_xticks(range(0, 21, 2))
-    ax.set_xlabel("step")
-    ax.set_ylabel("loss (log scale)")
-    ax.legend(fontsize=7)
+def _variant(run: dict):
+    """What a NaN-study run varies (tensor parallel, repeated batch, gathered logits), read from its
+    recorded flags, so that the same variant keeps its colour in every panel; the name if no flags."""
+    args = run.get("args")
+    return ("--tp" in args, "--repeat" in args, "--parallel_output" in args) if args else run["name"]
+
+
+def nan_figure(*studies: list[dict], titles: tuple[str, ...] = ()):
+    """Loss per step of each NaN-study run on a log scale, one panel per study (the runs of part
+    ``nan``, sequence 1,024, and of ``nan2048``); a variant keeps its colour and line style across
+    panels, a cross marks a non-finite step, and a run that reported no losses is left out."""
+    fig, axes = plt.subplots(1, len(studies), figsize=(7 if len(studies) == 1 else 11, 3.2), dpi=DPI,
+                             sharey=True, squeeze=False)
+    styles: dict = {}
+    for ax, runs, title in zip(axes[0], studies, list(titles) + [""] * len(studies)):
+        for run in runs:
+            losses = _first(run).get("losses", [])
+            if not losses:
+                continue
+            colour, style = styles.setdefault(_variant(run), (RANK_COLOURS[len(styles) % len(RANK_COLOURS)],
+                                                              ("-", "--", ":", "-.")[len(styles) % 4]))
+            ax.plot(range(len(losses)), losses, style, color=colour, lw=1.5, label=run["name"])
+            bad = [k for k, x in enumerate(losses) if x != x or x in (float("inf"), float("-inf"))]
+            ax.plot(bad, [1.0] * len(bad), "x", color=colour, ms=10, mew=2)
+        ax.axvline(11, color="black", ls=":", lw=1)
+        ax.text(11.2, 1.0, "step of the reported NaN\n(0.95 B, seq 2048)", fontsize=7)
+        ax.set_yscale("log")
+        ax.set_xticks(range(0, 21, 2))
+        ax.set_xlabel("step")
+        ax.set_title(title, fontsize=9)
+        ax.legend(fontsize=7)
+    axes[0][0].set_ylabel("loss (log scale)")
     fig.tight_layout()
     return fig
 

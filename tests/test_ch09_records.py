@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PAGE = (ROOT / "book" / "09_quick_demos.md").read_text()
 NOTEBOOK = json.loads((ROOT / "notebooks" / "09_quick_demos.ipynb").read_text())
 KEYS = ("ch09-resnet-gpu", "ch09-hybrid-gpu", "ch09-fig-hybrid", "ch09-nan-gpu", "ch09-fig-nan", "ch09-moe-gpu",
-        "ch09-sp-gpu", "ch09-fig-sp", "ch09-sp-oom")
+        "ch09-sp-gpu", "ch09-fig-sp", "ch09-sp-oom", "ch09-nan2048-gpu")
 
 
 def glued() -> dict[str, dict]:
@@ -114,6 +114,43 @@ def test_nan_study_stayed_finite():
     assert max(w["logit_absmax"] for w in repeated["watch"]) == 18.0
     assert "10.79 to 0.0043" in PAGE and "NaN was not reproduced" in PAGE
     assert html("ch09-nan-gpu").count(">none<") == 4
+
+
+def test_nan_study_at_2048_from_the_record():
+    record = load("ch09_nan2048")
+    p = record["provenance"]
+    assert p["hardware"] == "2xNVIDIA-H200" and f"commit `{p['git_commit'][:7]}`" in PAGE and p["command"] in PAGE
+    tp, dp, gathered = record["runs"]
+    assert "tp=2" in tp["name"] and "dp=2" in dp["name"] and "gathered" in gathered["name"]
+    flat = " ".join(PAGE.split())
+    for run in (tp, dp):  # every rank reported every step, all finite, at the report's length
+        assert len(run["results"]) == 2
+        for r in run["results"]:
+            assert (r["seq"], r["batch"], r["steps"], len(r["losses"])) == (2048, 8, 20, 20)
+            assert r["finite"] and all(w["logits_finite"] and not w["nonfinite_grads"] for w in r["watch"])
+            assert all(x == x for x in r["losses"])
+    t, d = tp["results"][0], dp["results"][0]
+    assert f"from {t['losses'][0]:.4f} to {t['losses'][-1]:.4f} in 20 steps" in flat
+    assert f"at step 11 it was {t['losses'][11]:.4f}" in flat and abs(t["losses"][11] - 0.1) < 0.03
+    assert f"(largest logit {max(w['logit_absmax'] for w in t['watch']):.0f})" in flat
+    assert f"from {d['losses'][0]:.4f} to {d['losses'][-1]:.4f} ({d['losses'][11]:.4f} at step 11)" in flat
+    assert f"tp=2 went from {t['losses'][0]:.4f} to {t['losses'][-1]:.4f} and dp=2 to {d['losses'][-1]:.4f}" in flat
+    # tp=2 ran cleanly; dp=2 reported everything, then its launch did not end cleanly; the third was skipped
+    assert tp["ok"] and not dp["ok"] and not gathered["ok"] and not gathered["results"]
+    assert gathered["error"] == "skipped: the recording's budget was spent"
+    error = dp["error"]
+    assert len(error) == 3000 and "Traceback" not in error and "Error" not in error
+    assert error.rstrip().endswith(json.dumps(dp["results"][1]["watch"][-1]) + '], "zero": 0}')  # rank 1's RESULT line
+    assert "last 3,000 characters" in flat and "end of rank 1's result line and no traceback" in flat
+    assert "the run after it was skipped because the budget was spent" in flat
+    statuses = [row["status"] for row in show.nan_rows(record["runs"])]
+    assert statuses[0] == "ok" and statuses[2] == "not run: the recording's budget was spent"
+    assert statuses[1].startswith("not ok: every rank reported all 20 steps") and "no traceback" in statuses[1]
+    table = html("ch09-nan2048-gpu")
+    assert "not ok: every rank reported all 20 steps" in table and table.count(">none<") == 2
+    assert "0.0083" in table and "0.0081" in table
+    for phrase in ("would settle it", "is prepared", "the recorder's part `nan2048` is these three runs"):
+        assert phrase not in flat, phrase
 
 
 def test_moe_numbers():

@@ -45,6 +45,41 @@ def test_nan_rows_find_the_first_bad_step():
     assert row["first non-finite step"] == 3 and row["non-finite gradients"] == "w" and row["max |logit|"] == "33"
 
 
+def test_run_status_says_what_the_record_says():
+    watch = [{"step": k, "loss": 1.0, "logits_finite": True, "grad_norm": 1.0, "logit_absmax": 5.0, "nonfinite_grads": []}
+             for k in range(3)]
+    ranks = [{"rank": r, "losses": [3.0, 2.0, 1.0], "steps": 3, "watch": watch} for r in range(2)]
+    tail = 'end of a RESULT line ..., "steps": 3, "tokens_per_s": 1, "watch": [], "zero": 0}'
+    cut = {"name": "dp=2", "gpus": 2, "ok": False, "error": tail, "results": ranks}
+    skipped = {"name": "gathered", "gpus": 2, "ok": False, "error": "skipped: the recording's budget was spent", "results": []}
+    crashed = {"name": "crash", "gpus": 2, "ok": False, "error": "Traceback ...\nRuntimeError: boom", "results": ranks[:1]}
+    traced = {**cut, "error": "Traceback ...\nRuntimeError: late"}
+    assert show.run_status({"name": "tp=2", "ok": True, "results": ranks}) == "ok"
+    assert show.run_status(skipped) == "not run: the recording's budget was spent"
+    assert show.run_status(cut) == ("not ok: every rank reported all 3 steps, then the launch did not end cleanly "
+                                    "(stored error text: the end of a rank's RESULT line, no traceback)")
+    assert show.run_status(traced).endswith("(stored error text: failed: RuntimeError: late)")
+    assert show.run_status(crashed) == "failed: RuntimeError: boom"  # one rank of two reported: not complete
+    rows = show.nan_rows([cut, skipped])
+    assert rows[0]["status"].startswith("not ok: every rank reported all 3 steps")
+    assert rows[0]["loss at steps 0/5/10/last"] == "3 / 1" and rows[0]["first non-finite step"] == "none"
+    assert rows[1] == {"run": "gathered", "status": "not run: the recording's budget was spent"}
+
+
+def test_nan_figure_panels_keep_a_variant_colour():
+    a = {"name": "tp=2 repeated", "args": ["--tp", "2", "--repeat"], "results": [{"losses": [5.0, 1.0]}]}
+    b = {"name": "dp=2 repeated", "args": ["--repeat"], "results": [{"losses": [5.0, 0.9]}]}
+    a2 = {**a, "name": "tp=2 repeated, seq 2048"}
+    skipped = {"name": "gathered", "args": ["--tp", "2", "--repeat", "--parallel_output", "0"], "results": []}
+    fig = show.nan_figure([a, b], [b, a2, skipped], titles=("1,024", "2,048"))
+    left, right = fig.axes
+    colour = lambda ax, name: next(l.get_color() for l in ax.get_lines() if l.get_label() == name)
+    assert colour(left, "tp=2 repeated") == colour(right, "tp=2 repeated, seq 2048")
+    assert colour(left, "dp=2 repeated") == colour(right, "dp=2 repeated")
+    assert "gathered" not in [l.get_label() for l in right.get_lines()]  # no losses, not drawn
+    assert (left.get_title(), right.get_title()) == ("1,024", "2,048")
+
+
 def test_sp_rows_and_figure():
     points = [{"seq": 2048, "oom": False, "peak_mib": 1024.0, "tokens_per_s": 100},
               {"seq": 4096, "oom": False, "peak_mib": 4096.0, "tokens_per_s": 90},
