@@ -39,8 +39,8 @@ COMPARE_RUNS = {  # name: flags (global batch 8 in each: micro_batch × dp)
     "Colossal-AI Gemini (ZeRO-3, static placement)": ["--plugin", "gemini", "--micro_batch", "4"],
     "Colossal-AI HybridParallel tp=2": ["--plugin", "hybrid", "--tp", "2", "--micro_batch", "8"],
 }
-GEMINI_RUNS = {  # the compare run's Gemini went NaN from step 3; hypothesis: its async gradient reduce-scatter
-    # frees the chunk (storage.resize_(0)) while NCCL may still read it (no record_stream; torch >= 2.7)
+GEMINI_RUNS = {  # the compare run's Gemini went NaN from step 3; recorded: NaN with the async gradient reduce,
+    # finite without it (our reading of the source: the chunk is freed, storage.resize_(0), without record_stream)
     "Gemini, async reduce (default)": ["--plugin", "gemini", "--micro_batch", "4"],
     "Gemini, enable_async_reduce=False": ["--plugin", "gemini", "--micro_batch", "4",
                                           "--plugin_kw", "enable_async_reduce=False"],

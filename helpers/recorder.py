@@ -15,7 +15,7 @@ import shlex
 import time
 
 from helpers.env import RESULT_PREFIX
-from helpers.launch import LaunchError, launch, torchrun_command
+from helpers.launch import LaunchError, LaunchTimeout, launch, torchrun_command
 
 MIN_LEFT_S = 30  # a run is not started with less than this left of the budget
 
@@ -36,8 +36,11 @@ def run_one(name: str, demo: str, gpus: int, args: list[str], timeout_s: float, 
     try:
         result = launch(demo, gpus, args, timeout_s=timeout_s, show=show)
         record.update(ok=True, results=result.results)
-    except LaunchError as e:
-        record.update(ok=False, error=str(e)[-3000:], results=results_in(e.lines))
+    except LaunchError as e:  # the cause in fields (a long error text keeps its head and its tail)
+        text = str(e)
+        record.update(ok=False, error=text if len(text) <= 3000 else text[:1000] + "\n[...]\n" + text[-2000:],
+                      failure="timeout" if isinstance(e, LaunchTimeout) else "exit", failed_rank=e.rank,
+                      returncode=e.returncode, timeout_s=round(timeout_s, 1), results=results_in(e.lines))
     record["seconds"] = round(time.monotonic() - start, 1)
     return record
 

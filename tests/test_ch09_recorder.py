@@ -56,6 +56,14 @@ def test_a_failing_run_is_recorded_not_raised():
     run = recorder.run_one("tp=2", "ch09_hybrid", 2, ["--tp", "2", "--preset", "tiny"], 120)
     assert run["ok"] is False and "needs one CUDA GPU" in run["error"] and run["results"] == []
     assert "helpers.demos.ch09_hybrid" in run["command"]
+    assert run["failure"] == "exit" and run["returncode"] not in (0, None) and run["timeout_s"] == 120
+
+
+def test_a_run_past_its_timeout_says_so():
+    """A run killed at its timeout is recorded as such, with the results its ranks printed before."""
+    run = recorder.run_one("slow", "ch08_train", 1, ["--framework", "fsdp2", "--steps", "100000", "--ref_steps", "0"], 25)
+    assert run["ok"] is False and run["failure"] == "timeout" and run["timeout_s"] == 25
+    assert len(run["error"]) <= 3000 + len("\n[...]\n")
 
 
 def test_a_part_stops_before_each_run_when_told_why_or_out_of_budget():
