@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from helpers import results
+from helpers.launch import REPO_ROOT
 from helpers.chapter09 import HYBRID_COMMON
 from helpers.recorder import loss_verdict, run_part
 
@@ -108,7 +109,8 @@ def kill_and_resume_run(run: Run, show: str = "none", kill_rank: int = KILL_RANK
     workdir = Path(tempfile.mkdtemp(prefix="multigpu-"))
     start = time.monotonic()
     try:
-        kr = kill_and_resume(run.key, workdir, show, config=run.args[1], nproc=run.gpus, kill_rank=kill_rank)
+        kr = kill_and_resume(run.key, workdir, show, config=str(REPO_ROOT / run.args[1]), nproc=run.gpus,
+                             kill_rank=kill_rank)
         full, killed, resumed = kr["runs"]
         ok = full["ok"] and resumed["ok"] and not killed["ok"] and "max_loss_diff" in kr
         record.update(ok=ok, kill_and_resume=kr,
@@ -283,7 +285,7 @@ def planned_layout(run: Run) -> dict[str, int]:
     if run.demo == "ch05_train":
         from helpers.config import load_config
 
-        cfg = load_config(run.args[1]).resolve(run.gpus)
+        cfg = load_config(REPO_ROOT / run.args[1]).resolve(run.gpus)
         p = cfg.parallelism
         return {"dp": cfg.data_degree, "pp": p.pipeline, "tp": p.tensor}
     if run.demo == "ch09_mixtral":

@@ -237,7 +237,8 @@ def test_summary_verdicts_of_synthetic_multi_rank_results(tmp_path, monkeypatch)
 def test_kill_and_resume_run_on_two_cpu_ranks():
     """The recorder's wrapper around Chapter 5's kill-and-resume, end to end on gloo (2 ranks, the
     chapter's tiny config): the record's shape and its verdict, as the 8-GPU run will give them."""
-    run = mg.Run("cpu_dp2", "kill-and-resume, 2 CPU ranks", 2, "ch05_train", ("--config", "helpers/demos/ch05_tiny.yaml"))
+    run = mg.Run("cpu_dp2", "kill-and-resume, 2 CPU ranks", 2, "ch05_train",
+                 ("--config", "helpers/demos/ch05_tiny.yaml"))
     rec = mg.kill_and_resume_run(run, kill_rank=1)
     assert rec["ok"], rec.get("error")
     kr = rec["kill_and_resume"]
@@ -245,3 +246,17 @@ def test_kill_and_resume_run_on_two_cpu_ranks():
     v = mg.verdict(run, rec)
     assert v["valid"] and v["max_ref_gap"] < 1e-6 and v["reason"].startswith("rank 1 killed at step 5")
     json.dumps(rec)  # what results.save writes
+
+
+def test_chapter_two_shows_the_record_and_quotes_the_recorders_rules():
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    page = " ".join((root / "book" / "02_combining.md").read_text().split())
+    notebook = json.loads((root / "notebooks" / "02_combining.ipynb").read_text())
+    code = "".join("".join(c["source"]) for c in notebook["cells"] if c["cell_type"] == "code")
+    assert "```{glue} ch02-multigpu :doc: ../notebooks/02_combining.ipynb" in page
+    assert 'show_table(rows, list(rows[0]), "ch02-multigpu")' in code and "multigpu.waiting()" in code
+    assert f"within {mg.TOLERANCE} of it" in page and mg.command_for(list(mg.KEYS)) in page
+    assert mg.reference_tolerance(mg.run_named("sp2_dp2"), [10.6]) == mg.TOLERANCE + 1 / 16  # "one bf16 step"
+    assert mg.reference_tolerance(mg.run_named("tp2_pp2"), [10.6]) == mg.TOLERANCE
