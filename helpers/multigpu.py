@@ -21,7 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import shlex
+import os
 import shutil
 import tempfile
 import time
@@ -39,6 +39,9 @@ TOLERANCE = 0.05  # the loss gap to the reference that counts as the same traini
 FIRST_TIMEOUT_S = 480  # the first HybridAdam run of a fresh box JIT-compiles its kernels
 KILL_RANK = 6  # as in the CPU test at 8 ranks: a rank that is neither 0 nor the last
 QUICK_HYBRID = ["--preset", "tiny", "--seq", "256", "--steps", "6"]  # Chapter 9's quick smoke arguments
+# NVLink multicast stays off on the lent multi-GPU machines (their KINDS.md: it can take a shared host's
+# GPUs out of service); helpers.launch passes this process's environment on to every rank
+MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 QUICK_MOE = ["--layers", "2", "--hidden", "256", "--seq", "256", "--steps", "4", "--ref_steps", "2"]
 
 
@@ -147,6 +150,7 @@ def record(keys: list[str] | None = None, quick: bool = False, budget_s: float =
     """Launch the chosen runs that fit this machine, in RUNS order; save after every launched run."""
     from helpers.env import gpu_count
 
+    os.environ.update(MULTICAST_OFF)
     gpus_here = gpu_count() if gpus_here is None else gpus_here
     chosen = [run_named(k) for k in keys] if keys else list(RUNS)
     chosen.sort(key=lambda r: KEYS.index(r.key))
@@ -197,10 +201,11 @@ def recorded_runs(name: str = NAME) -> dict[str, tuple[dict, dict]]:
     return found
 
 
-def missing_runs(name: str = NAME) -> list[str]:
-    """The keys of the runs that no record under results/ has launched yet, in RUNS order."""
+def missing_runs(name: str = NAME, include_failed: bool = False) -> list[str]:
+    """The keys of the runs that no record under results/ has launched yet, in RUNS order; with
+    ``include_failed``, also those whose latest launch failed or gave a wrong loss (:func:`verdict`)."""
     done = recorded_runs(name)
-    return [k for k in KEYS if k not in done]
+    return [k for k in KEYS if k not in done or (include_failed and not verdict(run_named(k), done[k][0])["valid"])]
 
 
 def command_for(keys: list[str]) -> str:
@@ -211,9 +216,10 @@ def command_for(keys: list[str]) -> str:
 def waiting(name: str = NAME) -> str:
     """Which runs wait for which machine, and the command for each machine; computed from the records."""
     missing = [run_named(k) for k in missing_runs(name)]
+    failed = [k for k in missing_runs(name, include_failed=True) if k not in {r.key for r in missing}]
+    lines = [f"Launched but not ok (see the verdicts): {', '.join(failed)}"] if failed else []
     if not missing:
-        return "Every run of issue 7 is recorded."
-    lines = []
+        return "\n".join(lines + ["Every run of issue 7 is recorded."])
     for gpus in sorted({r.gpus for r in missing}):
         keys = [r.key for r in missing if r.gpus == gpus]
         lines.append(f"Waiting for a machine with {gpus} GPUs: {', '.join(keys)}")

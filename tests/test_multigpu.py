@@ -192,13 +192,16 @@ def test_missing_runs_with_and_without_a_record(tmp_path, monkeypatch):
     write_record(tmp_path, "4xNVIDIA-H200", runs)
     write_record(tmp_path, "cpu", [{"name": k, "ok": True, "results": []} for k in mg.KEYS])  # never counts
     assert mg.missing_runs() == eight
+    assert mg.missing_runs(include_failed=True) == [k for k in mg.KEYS if k in {"ep2_dp2", *eight}]  # it failed
     text = mg.waiting()
+    assert "Launched but not ok (see the verdicts): ep2_dp2" in text
     assert "4 GPUs" not in text and f"python -m helpers.multigpu --record --only {' '.join(eight)}" in text
     rows = {r["run"]: r for r in mg.summary_rows()}
     assert rows[mg.run_named("ep2_dp2").title]["verdict"] == "NOT OK: failed: boom"
     assert rows[mg.run_named("dp2_pp2_tp2").title]["verdict"] == "not run yet: needs 8 GPUs"
     write_record(tmp_path, "8xNVIDIA-H200", [{"name": k, "ok": True, "results": []} for k in mg.KEYS])
-    assert mg.missing_runs() == [] and mg.waiting() == "Every run of issue 7 is recorded."
+    assert mg.missing_runs() == []  # the 8-GPU record's runs are later: they are the ones shown
+    assert mg.waiting().endswith("Every run of issue 7 is recorded.")
 
 
 def test_summary_verdicts_of_synthetic_multi_rank_results(tmp_path, monkeypatch):
@@ -260,3 +263,14 @@ def test_chapter_two_shows_the_record_and_quotes_the_recorders_rules():
     assert f"within {mg.TOLERANCE} of it" in page and mg.command_for(list(mg.KEYS)) in page
     assert mg.reference_tolerance(mg.run_named("sp2_dp2"), [10.6]) == mg.TOLERANCE + 1 / 16  # "one bf16 step"
     assert mg.reference_tolerance(mg.run_named("tp2_pp2"), [10.6]) == mg.TOLERANCE
+
+
+def test_the_recorder_keeps_nvlink_multicast_off_for_every_rank(tmp_path, monkeypatch):
+    import os
+
+    monkeypatch.setattr(results, "RESULTS_DIR", tmp_path)
+    for name in mg.MULTICAST_OFF:
+        monkeypatch.setenv(name, "x")  # even when set otherwise, the recorder sets the safe values
+    mg.record(gpus_here=2)
+    assert {n: os.environ[n] for n in mg.MULTICAST_OFF} == \
+        {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
