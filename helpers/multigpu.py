@@ -7,20 +7,25 @@ hardware are kept, each with its own provenance)::
     python -m helpers.multigpu --record --only tp2_pp2 sp2_dp2   # some runs
     python -m helpers.multigpu --record --quick                  # small models -> multigpu_quick.json
 
+On a lent machine, in one call of at most 600 s (``--copy_to``: every save is also copied to $OUT,
+so what was measured comes back even if the call hits its limit; the default budget, 500 s, leaves
+room for the kit's install)::
+
+    source .gpu-kit/activate.sh && python -m helpers.multigpu --record --copy_to "$OUT"
+
 No new training code: the 4-GPU layouts (tp=2 × pp=2, tp=2 × dp=2 with ZeRO-1, Ulysses sp=2 × dp=2)
 and the 8-GPU dp=2 × pp=2 × tp=2 are Chapter 9's benchmark (``helpers/demos/ch09_hybrid.py``, the
 0.54 B Llama with the flags that ran on 2×H200, a single-GPU reference trained in every rank),
 ep=2 × dp=2 is its Mixtral demo (``helpers/demos/ch09_mixtral.py``), and the 8-rank kill-and-resume
 is Chapter 5's (:func:`helpers.chapter05_gpu.kill_and_resume`). A run needing more GPUs than the
 machine has is recorded as not run with the reason; nothing is written when nothing ran.
-:func:`missing_runs` names the runs no record holds yet, :func:`summary_rows` gives the table.
+:mod:`helpers.multigpu_show` reads the records back: which runs are missing, the verdicts, the table.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import shutil
 import tempfile
@@ -32,11 +37,12 @@ from pathlib import Path
 from helpers import results
 from helpers.launch import REPO_ROOT
 from helpers.chapter09 import HYBRID_COMMON
-from helpers.recorder import loss_verdict, run_part
+from helpers.recorder import run_part
 
 NAME, QUICK_NAME = "multigpu", "multigpu_quick"
 TOLERANCE = 0.05  # the loss gap to the reference that counts as the same training (helpers.recorder.loss_verdict)
 FIRST_TIMEOUT_S = 480  # the first HybridAdam run of a fresh box JIT-compiles its kernels
+KILL_RESUME_S = 120  # left of the budget to start a kill-and-resume: three launches, ~25 s each on 2 GPUs
 KILL_RANK = 6  # as in the CPU test at 8 ranks: a rank that is neither 0 nor the last
 QUICK_HYBRID = ["--preset", "tiny", "--seq", "256", "--steps", "6"]  # Chapter 9's quick smoke arguments
 # NVLink multicast stays off on the lent multi-GPU machines (their KINDS.md: it can take a shared host's
@@ -145,9 +151,11 @@ def earlier_record(name: str) -> dict | None:
     return json.loads(path.read_text()) if path.exists() else None
 
 
-def record(keys: list[str] | None = None, quick: bool = False, budget_s: float = 540, save_results: bool = False,
-           show: str = "none", gpus_here: int | None = None) -> list[dict]:
-    """Launch the chosen runs that fit this machine, in RUNS order; save after every launched run."""
+def record(keys: list[str] | None = None, quick: bool = False, budget_s: float = 500, save_results: bool = False,
+           show: str = "none", gpus_here: int | None = None, copy_to: str | Path | None = None) -> list[dict]:
+    """Launch the chosen runs that fit this machine, in RUNS order; save after every launched run,
+    and copy the saved file to ``copy_to``/<hardware>/ (a device's $OUT: what a command killed at its
+    time limit had saved still comes back)."""
     from helpers.env import gpu_count
 
     os.environ.update(MULTICAST_OFF)
@@ -162,7 +170,7 @@ def record(keys: list[str] | None = None, quick: bool = False, budget_s: float =
     for run in chosen:
         reason = not_run_reason(run, gpus_here)
         if run.demo == "ch05_train" and not reason:
-            if deadline - time.monotonic() < 3 * 60:  # three launches at 8 ranks
+            if deadline - time.monotonic() < KILL_RESUME_S:
                 reason = "skipped: the recording's budget was spent"
             else:
                 print(f"[multigpu] {run.key}: kill-and-resume on {run.gpus} GPUs ...", flush=True)
@@ -176,111 +184,13 @@ def record(keys: list[str] | None = None, quick: bool = False, budget_s: float =
         out.append(entry)
         if save_results and attempted(entry):  # a recording cut short keeps what it measured
             path = results.save(name, merge(earlier, out), command)
+            if copy_to:
+                (Path(copy_to) / path.parent.name).mkdir(parents=True, exist_ok=True)
+                shutil.copy2(path, Path(copy_to) / path.parent.name / path.name)
     if save_results:
         print(f"[multigpu] wrote {path}" if path else
               f"[multigpu] nothing ran on this machine ({gpus_here} GPUs): nothing written", flush=True)
     return out
-
-
-# --- reading the records -----------------------------------------------------------------------
-
-def records(name: str = NAME) -> list[dict]:
-    """Every GPU record ``name`` under results/ (one per hardware folder; not 'cpu')."""
-    paths = sorted(p for p in results.RESULTS_DIR.glob(f"*/{name}.json") if p.parent.name != "cpu")
-    return [json.loads(p.read_text()) for p in paths]
-
-
-def recorded_runs(name: str = NAME) -> dict[str, tuple[dict, dict]]:
-    """key -> (run, provenance) of the latest launched run of each key in any record."""
-    found: dict[str, tuple[dict, dict]] = {}
-    for rec in records(name):
-        for run in rec["runs"]:
-            prov = run.get("provenance", rec["provenance"])
-            if attempted(run) and (run["name"] not in found or prov["date"] > found[run["name"]][1]["date"]):
-                found[run["name"]] = (run, prov)
-    return found
-
-
-def missing_runs(name: str = NAME, include_failed: bool = False) -> list[str]:
-    """The keys of the runs that no record under results/ has launched yet, in RUNS order; with
-    ``include_failed``, also those whose latest launch failed or gave a wrong loss (:func:`verdict`)."""
-    done = recorded_runs(name)
-    return [k for k in KEYS if k not in done or (include_failed and not verdict(run_named(k), done[k][0])["valid"])]
-
-
-def command_for(keys: list[str]) -> str:
-    """The recorder's command for these runs (every run: no --only)."""
-    return "python -m helpers.multigpu --record" + ("" if set(keys) >= set(KEYS) else " --only " + " ".join(keys))
-
-
-def waiting(name: str = NAME) -> str:
-    """Which runs wait for which machine, and the command for each machine; computed from the records."""
-    missing = [run_named(k) for k in missing_runs(name)]
-    failed = [k for k in missing_runs(name, include_failed=True) if k not in {r.key for r in missing}]
-    lines = [f"Launched but not ok (see the verdicts): {', '.join(failed)}"] if failed else []
-    if not missing:
-        return "\n".join(lines + ["Every run of issue 7 is recorded."])
-    for gpus in sorted({r.gpus for r in missing}):
-        keys = [r.key for r in missing if r.gpus == gpus]
-        lines.append(f"Waiting for a machine with {gpus} GPUs: {', '.join(keys)}")
-    smallest = min(r.gpus for r in missing)
-    fits = [r.key for r in missing if r.gpus <= smallest]
-    lines.append(f"On a {smallest}-GPU machine: {command_for(fits)}")
-    if any(r.gpus > smallest for r in missing):
-        lines.append(f"On an 8-GPU machine (all of them): {command_for([r.key for r in missing])}")
-    return "\n".join(lines)
-
-
-def reference_tolerance(run: Run, reference: list[float]) -> float:
-    """TOLERANCE, plus one bf16 step at the loss for Ulysses: its loss comes back as a bf16 number
-    (multiples of 1/16 between 8 and 16; Chapter 9 measured a 0.064 gap on 2 GPUs for that reason)."""
-    if "all_to_all" not in run.args or not reference:
-        return TOLERANCE
-    return TOLERANCE + 2.0 ** (math.floor(math.log2(max(reference))) - 7)
-
-
-def verdict(run: Run, rec: dict | None) -> dict:
-    """{'valid': True/False/None, 'reason', 'max_ref_gap'} of one recorded run (None: not run yet)."""
-    if rec is None or not attempted(rec):
-        reason = (rec or {}).get("error", "").removeprefix("skipped: ") or f"needs {run.gpus} GPUs"
-        return {"valid": None, "reason": f"not run yet: {reason}", "max_ref_gap": None}
-    if run.demo == "ch05_train":
-        kr = rec.get("kill_and_resume", {})
-        gap = kr.get("max_loss_diff")
-        if not rec["ok"] or gap is None:
-            return {"valid": False, "reason": "failed: " + _last_line(rec.get("error")), "max_ref_gap": gap}
-        killed = kr["runs"][1].get("failed_rank")
-        good = gap <= TOLERANCE and killed == rec.get("kill_rank", KILL_RANK)
-        return {"valid": good, "max_ref_gap": round(gap, 4),
-                "reason": f"rank {killed} killed at step 5; resumed from step 3 " +
-                          (f"within {TOLERANCE} of the uninterrupted run" if gap <= TOLERANCE else
-                           f"departs from the uninterrupted run by {gap:.3f}")}
-    found = loss_verdict(rec.get("results", []), reference_tolerance(run, _reference(rec)))
-    if not rec.get("ok"):
-        return {**found, "valid": False, "reason": "failed: " + _last_line(rec.get("error"))}
-    if not any(r.get("losses") for r in rec.get("results", [])):
-        return {**found, "valid": False, "reason": "no rank reported a loss"}
-    return found
-
-
-def _reference(rec: dict) -> list[float]:
-    return next((r["reference"] for r in rec.get("results", []) if r.get("reference")), [])
-
-
-def _last_line(text: str | None) -> str:
-    lines = [x for x in (text or "").strip().splitlines() if x.strip()]
-    return lines[-1][:120] if lines else "no error text"
-
-
-def layout_text(run: Run, rec: dict | None) -> str:
-    """The layout the ranks reported (dp/pp/tp/sp of the hybrid mesh, ep × moe_dp of the MoE plugin);
-    the planned one (:func:`planned_layout`) when no rank reported."""
-    res = [r for r in (rec or {}).get("results", []) if "layout" in r or "ep" in r]
-    sizes = (res[0]["layout"] if "layout" in res[0] else {k: res[0][k] for k in ("dp", "ep", "moe_dp")}) if res \
-        else planned_layout(run)
-    if "ep" in sizes:
-        return f"ep={sizes['ep']} × moe_dp={sizes['moe_dp']} (dense layers: dp={sizes['dp']})"
-    return " × ".join(f"{k}={sizes[k]}" for k in ("dp", "pp", "tp", "sp") if sizes.get(k, 1) > 1) or "1 GPU"
 
 
 def planned_layout(run: Run) -> dict[str, int]:
@@ -300,41 +210,22 @@ def planned_layout(run: Run) -> dict[str, int]:
     return {"dp": run.gpus // (flag("--tp") * flag("--pp") * sp), "pp": flag("--pp"), "tp": flag("--tp"), "sp": sp}
 
 
-def summary_rows(name: str = NAME) -> list[dict]:
-    """One row per run of RUNS: layout, GPUs, tokens/s (slowest rank), MFU, largest loss gap to the
-    reference (the uninterrupted run for kill-and-resume) and the verdict; blanks for runs not run."""
-    from helpers.chapter09_show import mfu_of, slowest
-
-    done, rows = recorded_runs(name), []
-    for run in RUNS:
-        rec = done.get(run.key, (None, None))[0]
-        v = verdict(run, rec)
-        speed = slowest(rec) if rec and any("tokens_per_s" in r for r in rec.get("results", [])) else None
-        rows.append({"run": run.title, "layout": layout_text(run, rec), "GPUs": run.gpus,
-                     "tokens/s": f"{speed['tokens_per_s']:,}" if speed else "",
-                     "MFU": f"{100 * mfu_of(speed):.1f} %" if speed and "mfu" in speed else "",
-                     "max loss gap": "" if v["max_ref_gap"] is None else f"{v['max_ref_gap']:.4f}",
-                     "verdict": ("ok: " if v["valid"] else "" if v["valid"] is None else "NOT OK: ") + v["reason"]})
-    return rows
-
-
-def provenance_lines(name: str = NAME) -> list[str]:
-    """Where and when each hardware's record was made (helpers.results.describe)."""
-    return [results.describe(rec) for rec in records(name)]
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--record", action="store_true", help=f"write results/<hardware>/{NAME}.json")
     parser.add_argument("--quick", action="store_true", help=f"small models, same layouts ({QUICK_NAME}.json)")
     parser.add_argument("--only", nargs="+", choices=KEYS, default=None, help="run only these")
-    parser.add_argument("--budget_s", type=float, default=540, help="skip the runs that would start after this")
+    parser.add_argument("--budget_s", type=float, default=500, help="skip the runs that would start after this")
+    parser.add_argument("--copy_to", default=None, help="also copy the record here after every run (e.g. $OUT)")
     parser.add_argument("--show", choices=("none", "rank0", "all"), default="none", help="stream the ranks' output")
     args = parser.parse_args()
-    out = record(args.only, args.quick, args.budget_s, args.record, args.show)
+    from helpers.multigpu_show import verdict, waiting
+
+    out = record(args.only, args.quick, args.budget_s, args.record, args.show, copy_to=args.copy_to)
     for run in out:
         v = verdict(run_named(run["name"]), run)
         print(f"[multigpu] {run['name']}: {v['reason']} (max loss gap {v['max_ref_gap']})", flush=True)
+    print(waiting(QUICK_NAME if args.quick else NAME), flush=True)
 
 
 if __name__ == "__main__":

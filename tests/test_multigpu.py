@@ -9,6 +9,7 @@ from inspect import signature
 import pytest
 
 from helpers import multigpu as mg
+from helpers import multigpu_show as show
 from helpers import results
 from helpers.demos import ch05_train, ch09_hybrid, ch09_mixtral
 from helpers.layouts import Layout, ModelShape, violations
@@ -122,7 +123,7 @@ def test_a_small_machine_records_every_run_as_not_run_and_writes_nothing(tmp_pat
         assert not r["ok"] and r["results"] == [] and not mg.attempted(r)
         assert r["error"] == f"skipped: needs {run.gpus} GPUs, this machine has 2"
     assert list(tmp_path.iterdir()) == []  # nothing misleading on disk
-    assert mg.missing_runs() == list(mg.KEYS)
+    assert show.missing_runs() == list(mg.KEYS)
 
 
 def test_a_four_gpu_machine_tries_only_the_four_gpu_runs(tmp_path, monkeypatch):
@@ -157,12 +158,13 @@ def test_a_launched_run_is_saved_with_provenance_and_kept_when_a_later_recording
                  "seconds": 1.0}]
 
     monkeypatch.setattr(mg, "run_part", fake_run_part)
-    mg.record(["tp2_pp2", "tp2_dp2_zero1"], save_results=True, gpus_here=4)
+    mg.record(["tp2_pp2", "tp2_dp2_zero1"], save_results=True, gpus_here=4, copy_to=tmp_path / "out")
     assert launched == [("tp2_pp2", mg.FIRST_TIMEOUT_S), ("tp2_dp2_zero1", 300.0)]  # only the first compiles
     path = tmp_path / results.hardware() / "multigpu.json"
     saved = json.loads(path.read_text())
     assert saved["provenance"]["command"] == "python -m helpers.multigpu --record --only tp2_pp2 tp2_dp2_zero1"
     assert [r["name"] for r in saved["runs"]] == ["tp2_pp2", "tp2_dp2_zero1"]
+    assert json.loads((tmp_path / "out" / results.hardware() / "multigpu.json").read_text()) == saved  # $OUT
     mg.record(["tp2_pp2", "sp2_dp2"], save_results=True, gpus_here=2)  # nothing launched: nothing saved
     assert json.loads(path.read_text()) == saved
     kept = mg.merge(saved, [{"name": "tp2_pp2", "ok": False, "error": "skipped: x", "results": []}])
@@ -180,8 +182,8 @@ def write_record(root, hardware, runs, date="2027-01-01 10:00 UTC"):
 
 def test_missing_runs_with_and_without_a_record(tmp_path, monkeypatch):
     monkeypatch.setattr(results, "RESULTS_DIR", tmp_path)
-    assert mg.missing_runs() == list(mg.KEYS)
-    assert "python -m helpers.multigpu --record --only tp2_pp2 tp2_dp2_zero1 sp2_dp2 ep2_dp2" in mg.waiting()
+    assert show.missing_runs() == list(mg.KEYS)
+    assert "python -m helpers.multigpu --record --only tp2_pp2 tp2_dp2_zero1 sp2_dp2 ep2_dp2" in show.waiting()
     four = [r.key for r in mg.RUNS if r.gpus == 4]
     eight = [r.key for r in mg.RUNS if r.gpus == 8]
     runs = [{"name": k, "ok": True, "results": fake_hybrid({"dp": 2, "tp": 2, "pp": 1, "sp": 1}, [10.0], [10.0])}
@@ -191,17 +193,17 @@ def test_missing_runs_with_and_without_a_record(tmp_path, monkeypatch):
              for k in eight]
     write_record(tmp_path, "4xNVIDIA-H200", runs)
     write_record(tmp_path, "cpu", [{"name": k, "ok": True, "results": []} for k in mg.KEYS])  # never counts
-    assert mg.missing_runs() == eight
-    assert mg.missing_runs(include_failed=True) == [k for k in mg.KEYS if k in {"ep2_dp2", *eight}]  # it failed
-    text = mg.waiting()
+    assert show.missing_runs() == eight
+    assert show.missing_runs(include_failed=True) == [k for k in mg.KEYS if k in {"ep2_dp2", *eight}]  # it failed
+    text = show.waiting()
     assert "Launched but not ok (see the verdicts): ep2_dp2" in text
     assert "4 GPUs" not in text and f"python -m helpers.multigpu --record --only {' '.join(eight)}" in text
-    rows = {r["run"]: r for r in mg.summary_rows()}
+    rows = {r["run"]: r for r in show.summary_rows()}
     assert rows[mg.run_named("ep2_dp2").title]["verdict"] == "NOT OK: failed: boom"
     assert rows[mg.run_named("dp2_pp2_tp2").title]["verdict"] == "not run yet: needs 8 GPUs"
     write_record(tmp_path, "8xNVIDIA-H200", [{"name": k, "ok": True, "results": []} for k in mg.KEYS])
-    assert mg.missing_runs() == []  # the 8-GPU record's runs are later: they are the ones shown
-    assert mg.waiting().endswith("Every run of issue 7 is recorded.")
+    assert show.missing_runs() == []  # the 8-GPU record's runs are later: they are the ones shown
+    assert show.waiting().endswith("Every run of issue 7 is recorded.")
 
 
 def test_summary_verdicts_of_synthetic_multi_rank_results(tmp_path, monkeypatch):
@@ -221,7 +223,7 @@ def test_summary_verdicts_of_synthetic_multi_rank_results(tmp_path, monkeypatch)
         {"name": "kill_resume_dp4_tp2", "ok": True, "results": [], "kill_and_resume": kr},
     ]
     write_record(tmp_path, "8xNVIDIA-H200", runs)
-    rows = {r["run"]: r for r in mg.summary_rows()}
+    rows = {r["run"]: r for r in show.summary_rows()}
     row = lambda key: rows[mg.run_named(key).title]  # noqa: E731
     assert row("dp2_pp2_tp2")["verdict"].startswith("ok: within 0.05")
     assert row("dp2_pp2_tp2")["tokens/s"] == "90,000" and row("dp2_pp2_tp2")["max loss gap"] == "0.0040"
@@ -234,7 +236,7 @@ def test_summary_verdicts_of_synthetic_multi_rank_results(tmp_path, monkeypatch)
     assert row("kill_resume_dp4_tp2")["verdict"].startswith("ok: rank 6 killed at step 5")
     assert row("kill_resume_3d")["verdict"] == "not run yet: needs 8 GPUs"
     bad = {**kr, "max_loss_diff": 0.3}
-    assert not mg.verdict(mg.run_named("kill_resume_3d"), {"ok": True, "kill_and_resume": bad})["valid"]
+    assert not show.verdict(mg.run_named("kill_resume_3d"), {"ok": True, "kill_and_resume": bad})["valid"]
 
 
 def test_kill_and_resume_run_on_two_cpu_ranks():
@@ -246,7 +248,7 @@ def test_kill_and_resume_run_on_two_cpu_ranks():
     assert rec["ok"], rec.get("error")
     kr = rec["kill_and_resume"]
     assert kr["runs"][1]["failed_rank"] == 1 and kr["on_disk_after_kill"] == ["step_00000003"]
-    v = mg.verdict(run, rec)
+    v = show.verdict(run, rec)
     assert v["valid"] and v["max_ref_gap"] < 1e-6 and v["reason"].startswith("rank 1 killed at step 5")
     json.dumps(rec)  # what results.save writes
 
@@ -259,10 +261,10 @@ def test_chapter_two_shows_the_record_and_quotes_the_recorders_rules():
     notebook = json.loads((root / "notebooks" / "02_combining.ipynb").read_text())
     code = "".join("".join(c["source"]) for c in notebook["cells"] if c["cell_type"] == "code")
     assert "```{glue} ch02-multigpu :doc: ../notebooks/02_combining.ipynb" in page
-    assert 'show_table(rows, list(rows[0]), "ch02-multigpu")' in code and "multigpu.waiting()" in code
-    assert f"within {mg.TOLERANCE} of it" in page and mg.command_for(list(mg.KEYS)) in page
-    assert mg.reference_tolerance(mg.run_named("sp2_dp2"), [10.6]) == mg.TOLERANCE + 1 / 16  # "one bf16 step"
-    assert mg.reference_tolerance(mg.run_named("tp2_pp2"), [10.6]) == mg.TOLERANCE
+    assert 'show_table(rows, list(rows[0]), "ch02-multigpu")' in code and "multigpu_show.waiting()" in code
+    assert f"within {mg.TOLERANCE} of it" in page and show.command_for(list(mg.KEYS)) in page
+    assert show.reference_tolerance(mg.run_named("sp2_dp2"), [10.6]) == mg.TOLERANCE + 1 / 16  # "one bf16 step"
+    assert show.reference_tolerance(mg.run_named("tp2_pp2"), [10.6]) == mg.TOLERANCE
 
 
 def test_the_recorder_keeps_nvlink_multicast_off_for_every_rank(tmp_path, monkeypatch):
