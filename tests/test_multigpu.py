@@ -276,3 +276,14 @@ def test_the_recorder_keeps_nvlink_multicast_off_for_every_rank(tmp_path, monkey
     mg.record(gpus_here=2)
     assert {n: os.environ[n] for n in mg.MULTICAST_OFF} == \
         {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(__import__("helpers.env", fromlist=["gpu_count"]).gpu_count() < 4, reason="needs 4 GPUs")
+def test_quick_four_gpu_layouts_train_like_their_reference():
+    """The --quick path of the 4-GPU runs (tiny Llama, small Mixtral), not saved: each launches and
+    its loss stays with its single-GPU reference."""
+    keys = [r.key for r in mg.RUNS if r.gpus == 4]
+    for rec in mg.record(keys, quick=True):
+        v = show.verdict(mg.run_named(rec["name"]), rec)
+        assert rec["ok"] and v["valid"], (rec["name"], v, rec.get("error", "")[-500:])
