@@ -30,7 +30,9 @@ from helpers.mfu import flops_per_token, mfu
 DEMO = "ch08_train"
 NPROC = 2
 SHAPE = ["--layers", "16", "--hidden", "2048", "--heads", "16", "--kv_heads", "16", "--vocab", "32000"]
-COMMON = ["--precision", "bf16", "--seq", "2048", "--steps", "10", "--warmup", "3", "--ref_steps", "3", "--profile", "1"]
+LOSS_TOLERANCE = 0.05  # |mean rank loss − reference| over the reference steps, bf16 (ch09's runs: ≤ 0.01)
+CHECK = ["--fail_on_divergence", str(LOSS_TOLERANCE)]  # a run whose loss leaves the reference fails
+COMMON = ["--precision", "bf16", "--seq", "2048", "--steps", "10", "--warmup", "3", "--ref_steps", "3", "--profile", "1"] + CHECK
 FSDP2 = ["--framework", "fsdp2"]
 ZERO2 = ["--plugin", "zero", "--zero_stage", "2"]
 BUCKET = ["--plugin_kw", "reduce_bucket_size_in_m=128"]
@@ -56,7 +58,6 @@ RUNS = [  # (name, flags): the knob each row changes is in its name
 ]
 HEAD_TO_HEAD = ("+ overlap the parameter all-gather", "+ gradient norm kept on the GPU (no host sync in step)", "FSDP2 + torch.compile, micro-batch 16")
 ROUND = " · round "  # a repeated run's name: "<run> · round 2"
-LOSS_TOLERANCE = 0.05  # |mean rank loss − reference| over the reference steps, bf16 (ch09's runs: ≤ 0.01)
 
 
 def run_list(quick: bool = False, only: list[str] | None = None, cpu: bool = False,
@@ -77,7 +78,7 @@ def run_list(quick: bool = False, only: list[str] | None = None, cpu: bool = Fal
         chosen = [(n, a) for n, a in chosen if a[:2] == FSDP2]
     if quick:
         tiny = ["--layers", "2", "--hidden", "256", "--heads", "4", "--kv_heads", "4", "--vocab", "512",
-                "--precision", "bf16", "--seq", "256", "--steps", "3", "--warmup", "1", "--ref_steps", "2"]
+                "--precision", "bf16", "--seq", "256", "--steps", "3", "--warmup", "1", "--ref_steps", "2"] + CHECK
         return [(n + " (tiny)", tiny + a + ["--name", n], 300.0) for n, a in chosen]
     return [(n, SHAPE + COMMON + a + ["--name", n], 420.0) for n, a in chosen]
 

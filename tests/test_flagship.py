@@ -372,3 +372,18 @@ def test_tune_boosted_applies_the_flags_it_is_given():
     assert type(model.model.layers[0]).__name__ == "OptimizedModule"
     with pytest.raises(TypeError, match="not a LowLevelZero optimizer"):
         speed.tune_boosted(build_llama(config), opt, p.parse_args(["--norm_on_device"]), {})
+
+
+def test_a_run_off_its_reference_exits_non_zero_with_its_results_kept():
+    """--fail_on_divergence: every rank gathers the losses and loss_verdict decides; a run that fails
+    the check still printed its RESULT lines, and the launch fails with the reason. (A negative
+    tolerance fails any run: the check itself is what is tested here.)"""
+    from helpers.launch import LaunchError, launch
+    from helpers.recorder import results_in
+
+    args = ["--framework", "fsdp2", "--steps", "2", "--warmup", "1", "--ref_steps", "2", "--seq", "64", "--micro_batch", "2"]
+    ok = launch("ch08_train", 2, args + ["--fail_on_divergence", "0.05"], timeout_s=240, show="none")
+    assert len(ok.results) == 2
+    with pytest.raises(LaunchError, match="the loss check failed: loss departs from the reference") as e:
+        launch("ch08_train", 2, args + ["--fail_on_divergence", "-1"], timeout_s=240, show="none")
+    assert len(results_in(e.value.lines)) == 2

@@ -9,7 +9,10 @@
 The layout flags are Chapter 7's :class:`helpers.memory_layouts.TrainLayout` (its plugins ran on
 the 2×H200 box); the model, data and MFU definition are Chapter 9's (``ch09_hybrid.mfu``:
 (6N + 12·L·h·s)·tokens / (time · GPUs · 989.5e12)). Every rank first trains a single-device
-reference copy on the first ``--ref_steps`` global batches. An out-of-memory error is caught
+reference copy on the first ``--ref_steps`` global batches; with ``--fail_on_divergence 0.05`` the run
+exits non-zero (after printing its results) when the mean loss is not finite or leaves that
+reference by more than 0.05 (the flagship passes it; the Gemini NaN run is recorded without it).
+An out-of-memory error is caught
 and reported (``oom: true`` with the peak reached) instead of failing the run.
 On CPU (gloo) FSDP2 and Colossal-AI's TorchDDPPlugin run in fp32: the tests use that path.
 """
@@ -28,6 +31,7 @@ from helpers.env import distributed, emit, say, sync
 from helpers.fsdp2 import FSDP2Trainer
 from helpers.memory_layouts import CPU_SHAPE, TrainLayout, plugin_spec
 from helpers.profiling import breakdown
+from helpers.recorder import loss_verdict
 from helpers.tinyllama import build_llama, llama_params, token_batch
 
 
@@ -108,6 +112,16 @@ def run(layout, args, env) -> dict:
                 params=llama_params(config))
 
 
+def divergence(result: dict, tolerance: float) -> str | None:
+    """Why the run's loss does not count (every rank's losses gathered, ``loss_verdict``), or None."""
+    import torch.distributed as dist
+
+    everyone = [None] * dist.get_world_size()
+    dist.all_gather_object(everyone, {"losses": result.get("losses"), "reference": result.get("reference")})
+    verdict = loss_verdict(everyone, tolerance)
+    return None if verdict["valid"] else verdict["reason"]
+
+
 def parser() -> argparse.ArgumentParser:
     """The command line (the recorder's tests parse its run lists with it)."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -120,6 +134,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--overlap", type=int, default=None, help="0/1: the plugin's overlap_communication")
     p.add_argument("--mem_cap_gib", type=float, default=None)
     p.add_argument("--profile", type=int, default=0, help="steps under the PyTorch profiler")
+    p.add_argument("--fail_on_divergence", type=float, default=None, metavar="TOL",
+                   help="exit non-zero when the mean loss is not finite or leaves the reference by more than TOL")
     speed.add_arguments(p)
     return p
 
@@ -171,6 +187,10 @@ def main() -> None:
             f"{result['tokens_per_s']:,} tokens/s, MFU {result['mfu']:.1%}, losses {result['losses'][-2:]} "
             f"(reference {result['reference'][:2]})"))
         emit(**result)
+        if args.fail_on_divergence is not None and not result["oom"]:
+            reason = divergence(result, args.fail_on_divergence)
+            if reason:
+                raise SystemExit(f"the loss check failed: {reason}")
 
 
 if __name__ == "__main__":
