@@ -18,7 +18,7 @@ import time
 
 from helpers.launch import LaunchError, launch, torchrun_command
 from helpers.memory_layouts import TrainLayout
-from helpers.results import format_table, load, save
+from helpers.results import earlier as results_earlier, format_table, load, merge_runs, save
 
 NPROC = 2
 MIB = 2**20
@@ -251,24 +251,6 @@ def show_recorded() -> str:
     return describe(record) + "\n\n" + format_table(rows, list(rows[0]))
 
 
-def _earlier_record(name: str) -> dict | None:
-    """The record already on this machine's hardware (kept when --only re-records a few)."""
-    import json
-
-    from helpers.results import RESULTS_DIR, hardware
-
-    path = RESULTS_DIR / hardware() / f"{name}.json"
-    return json.loads(path.read_text()) if path.exists() else None
-
-
-def merge_runs(earlier: dict | None, records: list[dict]) -> list[dict]:
-    """``records`` plus the earlier record's other runs, each stamped with the provenance it was made with."""
-    done = {r["name"] for r in records}
-    kept = [{**r, "provenance": r.get("provenance", earlier["provenance"])}
-            for r in (earlier or {}).get("runs", []) if r["name"] not in done]
-    return kept + records
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--record", action="store_true", help="write results/<hardware>/ch07_memory.json")
@@ -279,7 +261,7 @@ def main() -> None:
     command = "python -m helpers.chapter07 --record" + (" --quick" if args.quick else "") + \
         (" --only " + " ".join(shlex.quote(n) for n in args.only) if args.only else "")
     name = "ch07_memory_quick" if args.quick else "ch07_memory"
-    earlier = _earlier_record(name) if args.only and args.record else None  # --only re-runs some layouts
+    earlier = results_earlier(name) if args.only and args.record else None  # --only re-runs some layouts
     records = []
     for i, layout_name in enumerate(names, 1):
         print(f"[{i}/{len(names)}] {layout_name} ...", flush=True)

@@ -25,7 +25,6 @@ machine has is recorded as not run with the reason; nothing is written when noth
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import tempfile
@@ -134,21 +133,10 @@ def kill_and_resume_run(run: Run, show: str = "none", kill_rank: int = KILL_RANK
 
 
 def merge(earlier: dict | None, new: list[dict]) -> list[dict]:
-    """The new runs, plus the earlier record's runs (stamped with their provenance) that the new ones
-    do not replace; a run not run this time never replaces one that ran before. RUNS order."""
-    old = {r["name"]: {**r, "provenance": r.get("provenance", earlier["provenance"])}
-           for r in (earlier or {}).get("runs", [])}
-    out = dict(old)
-    for r in new:
-        if attempted(r) or r["name"] not in old or not attempted(old[r["name"]]):
-            out[r["name"]] = r
-    return sorted(out.values(), key=lambda r: KEYS.index(r["name"]) if r["name"] in KEYS else len(KEYS))
-
-
-def earlier_record(name: str) -> dict | None:
-    """The record already written on this machine's hardware, if any."""
-    path = results.RESULTS_DIR / results.hardware() / f"{name}.json"
-    return json.loads(path.read_text()) if path.exists() else None
+    """:func:`helpers.results.merge_runs`, where a run not run this time never replaces one that ran
+    before; RUNS order."""
+    out = results.merge_runs(earlier, new, replaces=lambda r, old: attempted(r) or not attempted(old))
+    return sorted(out, key=lambda r: KEYS.index(r["name"]) if r["name"] in KEYS else len(KEYS))
 
 
 def record(keys: list[str] | None = None, quick: bool = False, budget_s: float = 500, save_results: bool = False,
@@ -166,7 +154,7 @@ def record(keys: list[str] | None = None, quick: bool = False, budget_s: float =
     command = "python -m helpers.multigpu --record" + (" --quick" if quick else "") + \
         (" --only " + " ".join(r.key for r in chosen) if keys else "")
     deadline, compiled, out, path = time.monotonic() + budget_s, quick, [], None
-    earlier = earlier_record(name) if save_results else None
+    earlier = results.earlier(name) if save_results else None
     for run in chosen:
         reason = not_run_reason(run, gpus_here)
         if run.demo == "ch05_train" and not reason:

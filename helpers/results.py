@@ -84,6 +84,24 @@ def load(name: str) -> dict:
     return max(records, key=lambda r: r["provenance"]["date"])
 
 
+def earlier(name: str) -> dict | None:
+    """The record ``name`` already written on this machine's hardware (a partial re-recording keeps its runs)."""
+    path = RESULTS_DIR / hardware() / f"{name}.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def merge_runs(earlier: dict | None, new: list[dict], replaces=lambda new, old: True) -> list[dict]:
+    """The earlier record's runs that ``new`` does not replace, each stamped with the provenance it was
+    made with, then the new runs. ``replaces(new_run, old_run)`` decides for a name in both (default:
+    the new run wins). Used by Chapter 7's and the multi-GPU recorder's ``--only``; :func:`carried_over`
+    names the kept recordings."""
+    old = {r["name"]: {**r, "provenance": r.get("provenance", earlier["provenance"])}
+           for r in (earlier or {}).get("runs", [])}
+    chosen = [r for r in new if r["name"] not in old or replaces(r, old[r["name"]])]
+    taken = {r["name"] for r in chosen}
+    return [r for name, r in old.items() if name not in taken] + chosen
+
+
 def describe(record: dict) -> str:
     """One paragraph of provenance for a notebook (plus a line per earlier recording whose runs it kept)."""
     p = record["provenance"]

@@ -260,8 +260,7 @@ def test_gpu_peak_is_predicted_within_ten_percent(name):
 
 
 def test_a_partial_re_recording_keeps_each_runs_provenance():
-    from helpers.chapter07 import merge_runs
-    from helpers.results import carried_over
+    from helpers.results import carried_over, merge_runs
 
     earlier = {"provenance": {"git_commit": "a" * 40, "date": "day 1"}, "runs": [{"name": "x"}, {"name": "y"}]}
     runs = merge_runs(earlier, [{"name": "y", "new": True}])
