@@ -156,6 +156,10 @@ def run_status(run: dict) -> str:
     error = (run.get("error") or "").strip()
     if not run.get("results") and error.startswith("skipped: "):
         return "not run: " + error.removeprefix("skipped: ")
+    if _complete(run) and run.get("failure"):  # recorded since the recorder keeps the cause
+        cause = (f"the launch was killed at its {run['timeout_s']:g} s timeout" if run["failure"] == "timeout"
+                 else f"rank {run.get('failed_rank')} exited with code {run.get('returncode')}")
+        return f"not ok: every rank reported all {len(_first(run)['losses'])} steps, then {cause}"
     if _complete(run):
         last = error.splitlines()[-1] if error else ""
         result_tail = "Traceback" not in error and last.endswith("}") and '"steps":' in last

@@ -64,6 +64,11 @@ def test_run_status_says_what_the_record_says():
     assert rows[0]["status"].startswith("not ok: every rank reported all 3 steps")
     assert rows[0]["loss at steps 0/5/10/last"] == "3 / 1" and rows[0]["first non-finite step"] == "none"
     assert rows[1] == {"run": "gathered", "status": "not run: the recording's budget was spent"}
+    timed_out = {**cut, "failure": "timeout", "timeout_s": 38.5, "failed_rank": None, "returncode": None}
+    assert show.run_status(timed_out) == ("not ok: every rank reported all 3 steps, then the launch was killed "
+                                          "at its 38.5 s timeout")
+    exited = {**cut, "failure": "exit", "failed_rank": 1, "returncode": 1}
+    assert show.run_status(exited).endswith("steps, then rank 1 exited with code 1")
 
 
 def test_nan_figure_panels_keep_a_variant_colour():
