@@ -5,9 +5,15 @@ Record on a box with two GPUs (results/<hardware>/ch07_memory.json), about 6 min
     python -m helpers.chapter07 --record          # all layouts
     python -m helpers.chapter07 --record --quick  # three layouts, a smoke test (ch07_memory_quick.json)
     python -m helpers.chapter07 --record --only "TP=2 bf16"  # re-record some, keep the others
+    python -m helpers.chapter07 --record --gpus 1 --budget_s 180   # one GPU -> results/1x<GPU>/ch07_memory.json
 
 Each layout is one torchrun of ``helpers.demos.ch07_memory`` with its own timeout; a failing
-layout is recorded with its error and the recording goes on.
+layout is recorded with its error and the recording goes on. ``--gpus N`` runs every layout at
+world size N (:func:`layouts_for`: at world 1 the layouts that need two GPUs, tensor and pipeline
+parallelism, are recorded as not run, and so is ZeRO-1 bf16, which there is ZeRO-2 bf16 again: one
+rank holds every shard); ``--budget_s`` records the layouts it leaves no time for as not run. The
+memory model predicts each rank at the layout's own world size, so the comparison of measured and
+predicted peaks is the same at 1 GPU as at 2 (:func:`world_rows` puts them side by side).
 """
 
 from __future__ import annotations
@@ -15,10 +21,14 @@ from __future__ import annotations
 import argparse
 import shlex
 import time
+from pathlib import Path
+
+from dataclasses import replace
 
 from helpers.launch import LaunchError, launch, torchrun_command
 from helpers.memory_layouts import TrainLayout
-from helpers.results import earlier as results_earlier, format_table, load, merge_runs, save
+from helpers.recorder import heartbeat, world_mismatch
+from helpers.results import earlier as results_earlier, find, format_table, load, merge_runs, save
 
 NPROC = 2
 MIB = 2**20
@@ -46,19 +56,67 @@ QUICK = ["DDP fp32", "ZeRO-2 bf16", "PP=2 bf16 (1F1B, 4 micro-batches)"]
 TECHNIQUES = ["DDP fp32", "DDP bf16 (Hybrid tp=1)", "ZeRO-1 bf16", "ZeRO-2 bf16", "Gemini bf16 (static)",
               "ZeRO-1 bf16 + recompute", "ZeRO-2 bf16 + CPU offload", "Gemini bf16 + offload"]
 GIB = 2**30
+# World size 1, in the order recorded (a budget cut leaves out the tail): the techniques first
+WORLD1 = ["DDP fp32", "DDP bf16 (Hybrid tp=1)", "ZeRO-2 bf16", "ZeRO-2 bf16 + CPU offload", "Gemini bf16 (static)",
+          "Gemini bf16 + offload", "ZeRO-1 bf16 + recompute", "DDP fp32 + recompute", "ZeRO-2 bf16, micro-batch 8",
+          "ZeRO-2 bf16, eager attention", "Gemini bf16 (auto)", "ZeRO-1 fp32"]
+SAME_AT_WORLD1 = {"ZeRO-1 bf16": "ZeRO-2 bf16"}  # layouts that one rank makes identical to another
+ONE_GPU_COMMAND = "python -m helpers.chapter07 --record --gpus 1"  # every layout that runs on one GPU, ~5 min
+ONE_GPU_BUDGET_S = 180  # at least this in the book's one-GPU device call (it gets what the recorders before it left)
+LAYOUT_S = 30  # about what one layout's torchrun takes on an H200 (the 2-GPU record: 23-43 s, HybridAdam built)
+MIN_LEFT_S = 40  # a layout is not started with less than this left of the budget
 
 
-def layout_named(name: str) -> TrainLayout:
-    return next(x for x in LAYOUTS if x.name == name)
+def layout_named(name: str, world: int = NPROC) -> TrainLayout:
+    """The layout called ``name``, at world size ``world`` (ValueError if it cannot run there)."""
+    layout = next(x for x in LAYOUTS if x.name == name)
+    return layout if layout.world == world else replace(layout, world=world)
+
+
+def not_at_world(name: str, world: int) -> str | None:
+    """Why layout ``name`` is not run at world size ``world``, or None when it is."""
+    layout = next(x for x in LAYOUTS if x.name == name)
+    if world % (layout.tp * layout.pp):
+        return f"needs {layout.tp * layout.pp} GPUs (tp·pp = {layout.tp * layout.pp})"
+    if world == 1 and name in SAME_AT_WORLD1:
+        return f"at world 1 the same layout as {SAME_AT_WORLD1[name]}: one rank holds every shard"
+    return None
+
+
+def within(names: list[str], budget_s: float, layout_s: float = LAYOUT_S) -> list[str]:
+    """The leading ``names`` a budget should start, at ``layout_s`` each (a layout starts while at least
+    MIN_LEFT_S is left): the budget arithmetic of a recording."""
+    started, t = [], 0.0
+    for n in names:
+        if budget_s - t < MIN_LEFT_S:
+            break
+        started.append(n)
+        t += layout_s
+    return started
+
+
+def layouts_for(world: int) -> tuple[list[str], dict[str, str]]:
+    """(names to run in order, {name: why not run}) of the memory table at world size ``world``."""
+    order = WORLD1 + [x.name for x in LAYOUTS if x.name not in WORLD1] if world == 1 else [x.name for x in LAYOUTS]
+    skipped = {n: why for n in order if (why := not_at_world(n, world))}
+    return [n for n in order if n not in skipped], skipped
+
+
+def sharding_note(layout: TrainLayout) -> str:
+    """What a layout shards at its world size, when that is nothing although its plugin would."""
+    if layout.dp == 1 and (layout.plugin in ("zero", "gemini")):
+        return "nothing sharded at world 1 (one rank holds every shard)"
+    return ""
 
 
 def run_layout(layout: TrainLayout, timeout_s: float = 150, show: str = "rank0") -> dict:
-    """One torchrun; the record keeps every rank's result or the error text."""
-    args = layout.to_args()
-    record = {"name": layout.name, "args": args, "command": shlex.join(torchrun_command("ch07_memory", NPROC, args))}
+    """One torchrun of ``layout.world`` ranks; the record keeps every rank's result or the error text."""
+    args, nproc = layout.to_args(), layout.world
+    record = {"name": layout.name, "args": args, "world": nproc,
+              "command": shlex.join(torchrun_command("ch07_memory", nproc, args))}
     start = time.monotonic()
     try:
-        result = launch("ch07_memory", NPROC, args, timeout_s=timeout_s, show=show)
+        result = launch("ch07_memory", nproc, args, timeout_s=timeout_s, show=show)
         record["ranks"] = result.results
     except LaunchError as error:
         record["error"] = str(error)[-3000:]
@@ -72,8 +130,13 @@ def summary(record: dict) -> dict:
 
     if "ranks" not in record:
         known = [x for x in LAYOUTS if x.name == record["name"]]
-        return {"layout": record["name"], "error": record.get("error", "?").strip().splitlines()[-1][:120],
-                "predicted": max(predict(known[0], r)["peak"] for r in range(known[0].world)) if known else None}
+        try:  # the model at the world size the layout was to run at
+            layout = replace(known[0], world=record.get("world", known[0].world)) if known else None
+        except ValueError:  # tp·pp does not divide that world: nothing to predict
+            layout = None
+        out = {"layout": record["name"], "error": record.get("error", "?").strip().splitlines()[-1][:120],
+               "predicted": max(predict(layout, r)["peak"] for r in range(layout.world)) if layout else None}
+        return {**out, "not_run": record["not_run"]} if record.get("not_run") else out
     layout = TrainLayout.from_dict(record["ranks"][0]["layout"])
     ranks = sorted(record["ranks"], key=lambda r: r["measured"]["peak"] if r["measured"] else 0)
     worst = ranks[-1]
@@ -91,6 +154,11 @@ def summary(record: dict) -> dict:
 def table_rows(records: list[dict]) -> list[dict]:
     rows = []
     for r in map(summary, records):
+        if r.get("not_run"):
+            rows.append({"layout": r["layout"], "measured MiB": "not run",
+                         "predicted MiB": f"{r['predicted'] / MIB:.0f}" if r["predicted"] else "",
+                         "error %": "not run: " + r["not_run"][:72]})
+            continue
         if "error" in r:
             rows.append({"layout": r["layout"], "measured MiB": "failed",
                          "predicted MiB": f"{r['predicted'] / MIB:.0f}" if r["predicted"] else "",
@@ -156,6 +224,11 @@ def technique_rows(record: dict, names: list[str] = TECHNIQUES) -> list[dict]:
     return rows
 
 
+def recorded_layouts(record: dict) -> dict[str, TrainLayout]:
+    """name -> the layout each measured run ran (its world size included), read from its ranks."""
+    return {r["name"]: TrainLayout.from_dict(r["ranks"][0]["layout"]) for r in record["runs"] if r.get("ranks")}
+
+
 def technique_figure(record: dict, names: list[str] = TECHNIQUES):
     """Left: the predicted peak split into its parts, the measured peak as a diamond. Right: tokens/s."""
     import matplotlib.pyplot as plt
@@ -164,12 +237,13 @@ def technique_figure(record: dict, names: list[str] = TECHNIQUES):
 
     by_name = {r["layout"]: r for r in measured_rows(record)}
     names = [n for n in names if n in by_name]
+    layouts = recorded_layouts(record)
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2), dpi=80, sharey=True,
                                       gridspec_kw={"width_ratios": [3, 2]})
     colours = ["#4C72B0", "#8172B3", "#DD8452", "#937860", "#55A868", "#C44E52", "#8C8C8C"]
     for y, name in enumerate(names):
         r = by_name[name]
-        parts = predict(layout_named(name), rank=r["rank"])["breakdown"]
+        parts = predict(layouts[name], rank=r["rank"])["breakdown"]
         x = 0.0
         for (part, value), colour in zip(parts.items(), colours):
             left.barh(y, value / GIB, left=x, color=colour, label=part if y == 0 else None)
@@ -229,12 +303,13 @@ def phase_rows(record: dict, names: list[str]) -> list[dict]:
         if name not in runs:
             continue
         rank = max(runs[name]["ranks"], key=lambda r: r["measured"]["peak"])
-        phases, model = rank["phases"], predict(layout_named(name), rank["rank"])["phases"]
+        layout = TrainLayout.from_dict(rank["layout"])  # at the world size it ran at
+        phases, model = rank["phases"], predict(layout, rank["rank"])["phases"]
         model["forward_backward"] = max(model["forward"], model["backward_start"], model["backward_end"])
         model["backward"] = max(model["backward_start"], model["backward_end"])
         row = {"layout": name, "rank": rank["rank"],
                "start GiB": f"{phases['start']['allocated'] / GIB:.2f}",
-               "start model": f"{predict(layout_named(name), rank['rank'])['persistent'] / GIB:.2f}"}
+               "start model": f"{predict(layout, rank['rank'])['persistent'] / GIB:.2f}"}
         for key in ("forward", "backward", "forward_backward", "step"):
             if key in phases:
                 row[f"{key} GiB"] = f"{phases[key]['peak'] / GIB:.2f}"
@@ -243,37 +318,172 @@ def phase_rows(record: dict, names: list[str]) -> list[dict]:
     return rows
 
 
-def show_recorded() -> str:
+def show_recorded(gpus: int = NPROC) -> str:
     from helpers.results import describe
 
-    record = load("ch07_memory")
+    record = load("ch07_memory", gpus=gpus)
     rows = table_rows(record["runs"])
     return describe(record) + "\n\n" + format_table(rows, list(rows[0]))
 
 
+def box_label(gpus: int, record: dict | None) -> str:
+    """'1×H200' for a record made on results/1xNVIDIA-H200 (the expected box when there is no record)."""
+    hardware = record["provenance"]["hardware"] if record else f"{gpus}xNVIDIA-H200"
+    count, _, device = hardware.partition("x")
+    return f"{count}×{device.removeprefix('NVIDIA-')}"
+
+
+def world_rows(one: dict | None = None, two: dict | None = None, names: list[str] | None = None) -> list[dict]:
+    """Chapter 7's memory table at world size 1 beside world size 2: per layout, each box's measured
+    peak (the rank that uses most), the model's prediction for that world size and its error, and
+    tokens/s per GPU. ``one``/``two``: the records (default: results/1x…/ and 2x…/ch07_memory.json).
+    Without a one-GPU record its cells say "not recorded yet on 1×H200" with the command, and the
+    prediction for world 1 is still shown (it needs no GPU)."""
+    from helpers.memory_llama import predict
+
+    one = one if one is not None else find("ch07_memory", gpus=1)
+    two = two if two is not None else find("ch07_memory", gpus=2)
+    sides = [(2, two, box_label(2, two)), (1, one, box_label(1, one))]
+    summaries = {world: {r["name"]: summary(r) for r in (record or {}).get("runs", [])} for world, record, _ in sides}
+    rows = []
+    for layout in LAYOUTS:
+        if names and layout.name not in names:
+            continue
+        row, notes, peaks = {"layout": layout.name}, [], {}
+        for world, record, label in sides:
+            s = summaries[world].get(layout.name)
+            try:
+                at = layout_named(layout.name, world)
+                model = max(predict(at, r)["peak"] for r in range(at.world))
+            except ValueError:  # tp·pp does not divide this world size
+                at, model = None, None
+            if at is not None and sharding_note(at):
+                notes.append(sharding_note(at))
+            if s and s.get("measured"):
+                peaks[world] = s["measured"]
+                row.update({f"{label} measured GiB": f"{s['measured'] / GIB:.2f}",
+                            f"{label} predicted GiB": f"{s['predicted'] / GIB:.2f}",
+                            f"{label} error %": f"{s['error_pct']:+.1f}",
+                            f"{label} tokens/s per GPU": f"{s['tokens_per_s'] / world:,.0f}"})
+                continue
+            if s is not None:
+                cell = "not run: " + s["not_run"] if s.get("not_run") else "failed: " + s.get("error", "?")
+            elif record is None:
+                cell = f"not recorded yet on {label}"
+                notes.append(f"record it with: {ONE_GPU_COMMAND}" if world == 1 else
+                             "record it with: python -m helpers.chapter07 --record")
+            else:
+                why = not_at_world(layout.name, world)
+                cell = "not run: " + why if why else f"not in the {label} record"
+            row.update({f"{label} measured GiB": cell,
+                        f"{label} predicted GiB": f"{model / GIB:.2f}" if model else "—",
+                        f"{label} error %": "—", f"{label} tokens/s per GPU": "—"})
+        row["1 GPU / 2 GPUs peak"] = f"{peaks[1] / peaks[2]:.2f}" if len(peaks) == 2 else "—"
+        row["note"] = "; ".join(dict.fromkeys(notes))
+        rows.append(row)
+    return rows
+
+
+def one_gpu_status(one: dict | None = None) -> str:
+    """The one-GPU record's provenance, or that it is not recorded yet and the command that makes it."""
+    from helpers.results import describe
+
+    one = one if one is not None else find("ch07_memory", gpus=1)
+    if one is None:
+        return f"ch07_memory: not recorded yet on 1×H200. On a machine with one GPU: {ONE_GPU_COMMAND}"
+    return describe(one)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--record", action="store_true", help="write results/<hardware>/ch07_memory.json")
+    p.add_argument("--quick", action="store_true", help=f"only {QUICK} (those that run at --gpus)")
+    p.add_argument("--only", nargs="*", default=None, help="layout names to run")
+    p.add_argument("--gpus", type=int, default=None,
+                   help=f"world size of every layout (default {NPROC}); those that need more are recorded as not run")
+    p.add_argument("--budget_s", type=float, default=None,
+                   help="no layout is started after this many seconds (recorded as not run); default: no limit")
+    p.add_argument("--copy_to", default=None, help="also copy the record here after every layout (e.g. $OUT)")
+    return p
+
+
+def plan(gpus: int = NPROC, quick: bool = False, only: list[str] | None = None) -> tuple[list[str], dict[str, str]]:
+    """(layouts to run, {layout: why not run}) of a recording: :func:`layouts_for`, narrowed by
+    ``quick`` or ``only`` (a name ``only`` asks for that cannot run at ``gpus`` is a ValueError)."""
+    names, skipped = layouts_for(gpus)
+    known = {x.name for x in LAYOUTS}
+    for n in only or []:
+        if n not in known:
+            raise ValueError(f"unknown layout {n!r}: one of {sorted(known)}")
+        if n in skipped:
+            raise ValueError(f"{n!r} does not run at world size {gpus}: {skipped[n]}")
+    if only:
+        return [n for n in names if n in only], {}
+    if quick:
+        return [n for n in names if n in QUICK], {}
+    return names, skipped
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--record", action="store_true", help="write results/<hardware>/ch07_memory.json")
-    parser.add_argument("--quick", action="store_true", help=f"only {QUICK}")
-    parser.add_argument("--only", nargs="*", default=None, help="layout names to run")
-    args = parser.parse_args()
-    names = args.only or (QUICK if args.quick else [x.name for x in LAYOUTS])
+    p = parser()
+    args = p.parse_args()
+    wrong = world_mismatch(args.gpus, args.record)
+    if wrong:
+        p.error(wrong)
+    gpus = args.gpus or NPROC
+    try:
+        names, skipped = plan(gpus, args.quick, args.only)
+    except ValueError as e:
+        p.error(str(e))
     command = "python -m helpers.chapter07 --record" + (" --quick" if args.quick else "") + \
-        (" --only " + " ".join(shlex.quote(n) for n in args.only) if args.only else "")
+        (" --only " + " ".join(shlex.quote(n) for n in args.only) if args.only else "") + \
+        (f" --gpus {gpus}" if gpus != NPROC else "") + (f" --budget_s {args.budget_s:g}" if args.budget_s is not None else "")
     name = "ch07_memory_quick" if args.quick else "ch07_memory"
     earlier = results_earlier(name) if args.only and args.record else None  # --only re-runs some layouts
-    records = []
+    start = time.monotonic()
+    deadline = start + args.budget_s if args.budget_s is not None else float("inf")
+    records, path = [], None
+    print(f"[ch07] {len(names)} layouts at world size {gpus}" +
+          (f", budget {args.budget_s:g} s (about {len(within(names, args.budget_s))} of them)"
+           if args.budget_s is not None else "") +
+          "".join(f"\n[ch07] not run: {n}: {why}" for n, why in skipped.items()), flush=True)
+
+    def saved() -> Path:  # a layout not run this time never replaces one recorded earlier
+        runs = merge_runs(earlier, records, replaces=lambda new, old: "not_run" not in new)
+        return save(name, _with_not_run(runs, skipped, gpus), command, args.copy_to)
+
     for i, layout_name in enumerate(names, 1):
-        print(f"[{i}/{len(names)}] {layout_name} ...", flush=True)
+        left = deadline - time.monotonic()
+        layout = layout_named(layout_name, gpus)
+        if left < MIN_LEFT_S:
+            reason = "skipped: the recording's budget was spent"
+            records.append({"name": layout_name, "args": layout.to_args(), "world": gpus, "not_run": reason,
+                            "error": reason})
+            print(f"[{i}/{len(names)}] {layout_name}: not run: {reason}", flush=True)
+            continue
+        print(f"[{i}/{len(names)}] {layout_name} on {gpus} GPU(s)" +
+              (f", {left:.0f} s of the budget left" if args.budget_s is not None else "") + " ...", flush=True)
         # the first run may JIT-compile HybridAdam's CUDA and CPU kernels (minutes on a fresh box)
-        records.append(run_layout(layout_named(layout_name), timeout_s=480 if i == 1 else 180, show="none"))
+        with heartbeat(layout_name):
+            records.append(run_layout(layout, timeout_s=min(480 if i == 1 else 180, left), show="none"))
         print(f"[{i}/{len(names)}] {table_rows(records[-1:])[0]} ({records[-1]['seconds']} s)", flush=True)
         if args.record:  # saved after every layout: a recording cut short keeps what it measured
-            path = save(name, merge_runs(earlier, records), command)
+            path = saved()
+    if args.record and path is not None:  # once more, with the layouts the budget left out
+        path = saved()
     rows = table_rows(records)
-    print(format_table(rows, list(dict.fromkeys(k for r in rows for k in r))))
+    if rows:
+        print(format_table(rows, list(dict.fromkeys(k for r in rows for k in r))))
     if args.record:
-        print("wrote", path)
+        print(f"[ch07] wrote {path}" if path else "[ch07] nothing ran: no record written", flush=True)
+    print(f"[ch07] done in {time.monotonic() - start:.0f} s", flush=True)
+
+
+def _with_not_run(runs: list[dict], skipped: dict[str, str], world: int) -> list[dict]:
+    """The runs, then a not-run entry for each layout that cannot run at this world size."""
+    have = {r["name"] for r in runs}
+    extra = [{"name": n, "world": world, "not_run": why, "error": why} for n, why in skipped.items() if n not in have]
+    return runs + extra
 
 
 if __name__ == "__main__":

@@ -19,14 +19,11 @@ from helpers.recorder import loss_verdict, mean_losses
 RECORD_COMMAND = "python -m helpers.chapter08 --record --parts {part}"
 
 
-def recorded(part: str) -> dict | None:
-    """The newest GPU record ``ch08_<part>``, or None."""
-    from helpers.results import load
+def recorded(part: str, gpus: int = 2) -> dict | None:
+    """The newest GPU record ``ch08_<part>`` made on ``gpus`` GPUs (the chapter's two), or None."""
+    from helpers.results import find
 
-    try:
-        return load(f"ch08_{part}")
-    except FileNotFoundError:
-        return None
+    return find(f"ch08_{part}", gpus=gpus)
 
 
 def missing(part: str) -> str:

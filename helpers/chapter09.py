@@ -5,6 +5,10 @@ Record on a box with two GPUs (one file per part, results/<hardware>/ch09_<part>
     python -m helpers.chapter09 --record                      # every part
     python -m helpers.chapter09 --record --parts resnet,moe   # some parts
     python -m helpers.chapter09 --record --quick              # 1-2 min smoke run -> ch09_quick.json
+    python -m helpers.chapter09 --record --parts resnet --gpus 1 --budget_s 60   # one GPU: results/1x<GPU>/
+
+With ``--gpus 1`` (on a machine that shows exactly one GPU) the one-process runs are recorded and
+every two-process run is kept in the record as not run, "needs 2 GPUs".
 
 Parts: ``resnet`` (the ResNet demo under each plugin, on the digits: CIFAR-10 is not on the GPU
 box either, the run says so), ``hybrid`` (HybridParallelPlugin layouts of a 0.54 B Llama: tokens/s,
@@ -24,6 +28,9 @@ from helpers.recorder import run_part
 from helpers.results import recorder_main, save
 
 NPROC = 2
+ONE_GPU_COMMAND = "python -m helpers.chapter09 --record --parts resnet --gpus 1"
+ONE_GPU_BUDGET_S = 60  # the one-GPU ResNet recording's budget in the book's device call (one ~35 s run)
+RESNET_S = 40  # about what the one-GPU ResNet run takes on an H200 (the 2-GPU box's record: 34 s)
 PARTS = ("resnet", "hybrid", "nan", "moe", "sp", "nan2048")
 RESNET_PLUGINS = ("torch_ddp", "torch_ddp_fp16", "low_level_zero", "gemini")
 HYBRID_COMMON = ["--preset", "half", "--batch", "16", "--seq", "1024", "--steps", "10", "--ref_steps", "4",
@@ -59,15 +66,20 @@ SP_RUNS = {
 }
 
 
-def run_list(part: str, quick: bool = False) -> list[tuple[str, str, int, list[str], float]]:
-    """(name, demo, GPUs, args, timeout_s) of every run of a part; quick = smaller, fewer runs."""
+def run_list(part: str, quick: bool = False, gpus: int = NPROC) -> list[tuple[str, str, int, list[str], float]]:
+    """(name, demo, GPUs, args, timeout_s) of every run of a part; quick = smaller, fewer runs.
+
+    ``gpus``: the recording's GPUs; the list is the same (runs needing more are recorded as not
+    run by :func:`helpers.recorder.run_part`), but the quick ResNet run is the one-GPU baseline
+    when there is a single GPU."""
     if part == "resnet":
         epochs = ["--epochs", "3" if quick else "30"]
         common = ["--data", "digits", "--interval", "0", *epochs]
         runs = [("1 GPU, torch_ddp (baseline)", "ch09_resnet_train", 1, common + ["-p", "torch_ddp"], 400.0)]
         runs += [(f"2 GPUs, {p}", "ch09_resnet_train", 2, common + ["-p", p], 240.0) for p in RESNET_PLUGINS]
         if quick:  # the first GPU run compiles HybridAdam's kernels: it gets the long timeout
-            return [(runs[1][0], runs[1][1], runs[1][2], runs[1][3], 400.0)]
+            first = runs[1] if gpus >= 2 else runs[0]
+            return [(first[0], first[1], first[2], first[3], 400.0)]
         return runs
     if part == "hybrid":
         if quick:
@@ -113,9 +125,13 @@ def digits_missing() -> str | None:
     return None
 
 
-def record(parts: list[str], quick: bool, budget_s: float, save_results: bool, show: str = "none") -> dict[str, list]:
+def record(parts: list[str], quick: bool, budget_s: float, save_results: bool, show: str = "none",
+           gpus: int = NPROC, copy_to: str | None = None) -> dict[str, list]:
+    """Every run of ``parts`` within ``budget_s``; on ``gpus`` < 2 the two-GPU runs are recorded as
+    not run ("needs 2 GPUs") and the one-GPU runs run (results/1x<GPU>/ch09_<part>.json)."""
     start = time.monotonic()
-    command = "python -m helpers.chapter09 --record" + (" --quick" if quick else "") + f" --parts {','.join(parts)}"
+    command = "python -m helpers.chapter09 --record" + (" --quick" if quick else "") + f" --parts {','.join(parts)}" + \
+        (f" --gpus {gpus} --budget_s {budget_s:g}" if gpus != NPROC else "")
     recorded: dict[str, list] = {}
     for part in parts:
         missing = None
@@ -124,21 +140,22 @@ def record(parts: list[str], quick: bool, budget_s: float, save_results: bool, s
             print(f"[ch09] CIFAR-10 under $DATA: {'present' if present else 'absent'}; the ResNet runs use the digits",
                   flush=True)
             missing = digits_missing()
-        runs = run_part("ch09", part, run_list(part, quick), start + budget_s, show, not_run=missing)
+        runs = run_part("ch09", part, run_list(part, quick, gpus), start + budget_s, show, not_run=missing,
+                        max_gpus=gpus)
         for run in runs:
             if part == "resnet":
                 run["cifar10_present"] = present
         recorded[part] = runs
         if save_results and not quick:
-            print("[ch09] wrote", save(f"ch09_{part}", runs, command), flush=True)
+            print("[ch09] wrote", save(f"ch09_{part}", runs, command, copy_to), flush=True)
     if save_results and quick:
-        print("[ch09] wrote", save("ch09_quick", [r for p in parts for r in recorded[p]], command), flush=True)
+        print("[ch09] wrote", save("ch09_quick", [r for p in parts for r in recorded[p]], command, copy_to), flush=True)
     print(f"[ch09] done in {time.monotonic() - start:.0f} s", flush=True)
     return recorded
 
 
 def main() -> None:
-    recorder_main(__doc__, "ch09", PARTS, record, 540)
+    recorder_main(__doc__, "ch09", PARTS, record, 540, gpus=NPROC)
 
 
 if __name__ == "__main__":

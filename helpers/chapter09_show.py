@@ -14,8 +14,9 @@ import sys
 
 import matplotlib.pyplot as plt
 
+from helpers.chapter09 import ONE_GPU_COMMAND as RESNET_ONE_GPU_COMMAND
 from helpers.plots import DPI, RANK_COLOURS
-from helpers.results import describe, load
+from helpers.results import describe, find
 
 SEED_RESNET = {  # Colossal-AI's examples/images/resnet/README.md: ResNet-18, CIFAR-10, 80 epochs
     "Single-GPU baseline, fp32": 85.85, "Booster DDP, fp32": 84.91, "Booster DDP, fp16": 85.46,
@@ -23,13 +24,13 @@ SEED_RESNET = {  # Colossal-AI's examples/images/resnet/README.md: ResNet-18, CI
 }
 
 
-def recorded(part: str) -> dict | None:
-    """The record of one part (``ch09_<part>``); failing that, that part's runs of the quick smoke
-    recording (``ch09_quick``, small models, marked ``quick``); None when neither exists."""
+def recorded(part: str, gpus: int = 2) -> dict | None:
+    """The record of one part (``ch09_<part>``) made on ``gpus`` GPUs (default 2, the chapter's; 1:
+    the one-GPU record of ``--gpus 1``); failing that, that part's runs of the quick smoke recording
+    (``ch09_quick``, small models, marked ``quick``); None when neither exists."""
     for name in (f"ch09_{part}", "ch09_quick"):
-        try:
-            record = load(name)
-        except FileNotFoundError:
+        record = find(name, gpus=gpus)
+        if record is None:
             continue
         if name == "ch09_quick":
             runs = [r for r in record["runs"] if r.get("part") == part]
@@ -75,11 +76,58 @@ def resnet_rows(runs: list[dict]) -> list[dict]:
         r = _first(run, "accuracy")
         seed = seed_reference(r)
         rows.append({"run": run["name"], "data": r.get("data", "digits"), "epochs": r.get("epochs", ""),
-                     "test accuracy": f"{100 * r['accuracy']:.2f} %" if "accuracy" in r else _error(run),
+                     "test accuracy": f"{100 * r['accuracy']:.2f} %" if "accuracy" in r else
+                     "not run: " + run["not_run"] if run.get("not_run") else _error(run),
                      "images/s": r.get("images_per_s", ""), "peak MiB": r.get("peak_mib", ""),
                      "SyncBatchNorm": r.get("sync_batchnorm", ""),
                      "Colossal-AI, CIFAR-10, 80 epochs (reference only)": f"{seed:.2f} %" if seed else ""})
     return rows
+
+
+def _box(record: dict | None, gpus: int) -> str:
+    hardware = record["provenance"]["hardware"] if record else f"{gpus}xNVIDIA-H200"
+    count, _, device = hardware.partition("x")
+    return f"{count}×{device.removeprefix('NVIDIA-')}"
+
+
+def resnet_world_rows(one: dict | None = None, two: dict | None = None) -> list[dict]:
+    """The ResNet runs of the 2-GPU box beside the one-GPU box's (``--gpus 1``): per run, each box's
+    test accuracy, images/s and peak memory. The 2-process runs are "not run: needs 2 GPUs" in the
+    one-GPU record; without a one-GPU record each row says "not recorded yet on 1×H200" and the
+    command. ``one``/``two``: records (default: results/1x…/ and 2x…/ch09_resnet.json)."""
+    one = one if one is not None else recorded("resnet", gpus=1)
+    two = two if two is not None else recorded("resnet", gpus=2)
+    sides = [(two, _box(two, 2)), (one, _box(one, 1))]
+    names = list(dict.fromkeys(r["name"] for record, _ in sides for r in (record or {}).get("runs", [])))
+    rows = []
+    for name in names:
+        row = {"run": name}
+        for record, box in sides:
+            run = next((r for r in (record or {}).get("runs", []) if r["name"] == name), None)
+            r = _first(run, "accuracy") if run else {}
+            if record is None:
+                cell = f"not recorded yet on {box}"
+            elif run is None:
+                cell = f"not in the {box} record"
+            elif "accuracy" in r:
+                cell = f"{100 * r['accuracy']:.2f} %"
+            else:
+                cell = run_status(run)
+            row[f"{box} test accuracy"] = cell
+            row[f"{box} images/s"] = r.get("images_per_s", "—") if run else "—"
+            row[f"{box} peak MiB"] = r.get("peak_mib", "—") if run else "—"
+            row[f"{box} epochs"] = r.get("epochs", "—") if run else "—"
+        row["note"] = f"record it with: {RESNET_ONE_GPU_COMMAND}" if one is None else ""
+        rows.append(row)
+    return rows
+
+
+def resnet_one_gpu_status(one: dict | None = None) -> str:
+    """The one-GPU ResNet record's provenance, or that it is not recorded yet and the command."""
+    one = one if one is not None else recorded("resnet", gpus=1)
+    if one is None:
+        return f"ch09_resnet: not recorded yet on 1×H200. On a machine with one GPU: {RESNET_ONE_GPU_COMMAND}"
+    return ("Only the quick smoke recording exists on one GPU.\n" if one.get("quick") else "") + describe(one)
 
 
 def mfu_of(result: dict) -> float:
@@ -154,6 +202,8 @@ def run_status(run: dict) -> str:
     if run.get("ok"):
         return "ok"
     error = (run.get("error") or "").strip()
+    if run.get("not_run"):
+        return "not run: " + run["not_run"].removeprefix("skipped: ")
     if not run.get("results") and error.startswith("skipped: "):
         return "not run: " + error.removeprefix("skipped: ")
     if _complete(run) and run.get("failure"):  # recorded since the recorder keeps the cause

@@ -4,7 +4,10 @@
 the chapter provokes (``helpers.failure_labs``), most specific first: a crash makes its partners
 time out too, so the rank that died of a signal is named before any timeout is blamed. The
 messages were taken from the labs' own logs (gloo on CPU) and from torch's sources for NCCL
-(``ProcessGroupNCCL.cpp``'s watchdog) and the CUDA caching allocator.
+(``ProcessGroupNCCL.cpp``'s watchdog) and the CUDA caching allocator. A stale kernel-build lock
+prints nothing of its own: it is recognised by Colossal-AI's "[extension] Compiling the JIT ..."
+line with no "Time taken" after it (colossalai/kernel/extensions/cuda_extension.py:85, 102; Chapter
+8, "A stale kernel-build lock", :mod:`helpers.kernels`).
 """
 
 from __future__ import annotations
@@ -12,10 +15,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from helpers.kernels import CLEAR_COMMAND, unfinished_builds
+
 
 @dataclass(frozen=True)
 class Diagnosis:
-    kind: str  # init_hang, port_in_use, out_of_memory, nan_loss, rank_crash, collective_mismatch, unknown
+    kind: str  # init_hang, port_in_use, out_of_memory, nan_loss, rank_crash, stale_kernel_lock,
+    # collective_mismatch, unknown
     cause: str
     fix: str
     evidence: str  # the log line that decided it
@@ -50,6 +56,12 @@ _RULES = [  # (kind, pattern, cause, fix); the first pattern found in the log wi
      "fail with 'Connection closed by peer' or a timeout",
      "read the dead rank's own log and the host's (dmesg for the OOM killer); replace the node; resume "
      "from the last checkpoint"),
+    ("stale_kernel_lock", r"\[extension\] Compiling the JIT \S+ kernel",
+     "a run was killed while building Colossal-AI's JIT kernels (or waiting for that build), or waits on "
+     "the build lock such a run left: torch's FileBaton lock in ~/.cache/colossalai/torch_extensions has "
+     "no live holder, and every Colossal-AI run on the machine waits on it forever, silently",
+     f"{CLEAR_COMMAND} (it deletes only locks no live process holds), then make kernels once per machine "
+     "(about a minute) before timed runs, or give the first run a timeout above the build"),
     ("collective_mismatch", r"Timed out waiting \d+ms for (recv|send)|Watchdog caught collective operation "
                             r"timeout|Detected mismatch between collectives|collective operation timeout",
      "ranks did not call the same collectives in the same order (one skipped or added one), or a rank "
@@ -80,6 +92,10 @@ def diagnose(log: str) -> Diagnosis:
         if not m:
             continue
         line = next((ln.strip() for ln in log.splitlines() if re.search(pattern, ln)), m.group(0))
+        if kind == "stale_kernel_lock":  # the run that never finished comes last
+            line = [ln.strip() for ln in log.splitlines() if re.search(pattern, ln)][-1]
+        if kind == "stale_kernel_lock" and (not unfinished_builds(log) or "Error building extension" in log):
+            continue  # every build finished, or the build failed with an error of its own
         if kind == "rank_crash":
             who = _rank_of_signal(log)
             cause = f"{who} ended first: " + cause if who else cause

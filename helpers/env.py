@@ -4,7 +4,7 @@ Used by every demo in ``helpers/demos`` (all chapters). A demo is started by tor
 sets RANK, WORLD_SIZE, LOCAL_RANK and LOCAL_WORLD_SIZE; :func:`distributed` reads them, picks
 
 * NCCL on ``cuda:LOCAL_RANK`` when this node has at least LOCAL_WORLD_SIZE CUDA GPUs,
-* gloo on the CPU otherwise,
+* gloo on the CPU otherwise (:func:`rule` is the launcher's only one),
 
 initialises the default process group and always tears it down, even when the demo raises.
 Results leave a rank through :func:`emit`, one ``RESULT {json}`` line that
@@ -48,22 +48,48 @@ def gpu_count() -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
-def choose_backend(local_world_size: int, local_rank: int = 0, force: str | None = None) -> tuple[str, torch.device]:
-    """Backend and device, chosen together so they can never disagree.
+def rule(nproc: int, gpus: int) -> str:
+    """The launcher's one rule: where ``nproc`` local ranks run on a machine with ``gpus`` GPUs.
 
-    NCCL only works on CUDA tensors and gloo is the CPU backend: picking them separately is how
-    "NCCL on CPU tensors" errors happen. ``force`` ("gloo" or "nccl") overrides the choice,
-    e.g. ``BOOK_BACKEND=gloo`` to run a GPU box's demo on its CPUs.
+    * ``nproc <= gpus``: every rank gets its own GPU and NCCL (``"gpu"``);
+    * ``nproc > gpus``: every rank runs on the CPU with gloo (``"cpu"``), and
+      :func:`placement_env` hides CUDA from the ranks, so no library (Colossal-AI's accelerator,
+      ``torch.cuda.is_available()``) can put a model on a GPU that the batches never reach.
+
+    A demo never decides this itself (Chapter 1, "Where the ranks run").
     """
+    if nproc < 1:
+        raise ValueError(f"nproc must be at least 1, got {nproc}")
+    return "gpu" if nproc <= gpus else "cpu"
+
+
+def placement(nproc: int, gpus: int | None = None, force: str | None = None) -> str:
+    """:func:`rule` on this machine, unless ``force`` (or ``BOOK_BACKEND=gloo|nccl``) overrides it:
+    gloo runs a GPU box's demo on its CPUs; nccl fails loudly when there are too few GPUs."""
     force = force or os.environ.get("BOOK_BACKEND") or None
     if force not in (None, "gloo", "nccl"):
         raise ValueError(f"BOOK_BACKEND must be 'gloo' or 'nccl', not {force!r}")
-    enough_gpus = gpu_count() >= local_world_size
-    if force == "nccl" and not enough_gpus:
-        raise RuntimeError(
-            f"NCCL needs one GPU per local rank: {local_world_size} ranks but {gpu_count()} GPUs"
-        )
-    if force == "nccl" or (force is None and enough_gpus):
+    gpus = gpu_count() if gpus is None else gpus
+    if force == "nccl" and nproc > gpus:
+        raise RuntimeError(f"NCCL needs one GPU per local rank: {nproc} ranks but {gpus} GPUs")
+    return "cpu" if force == "gloo" else rule(nproc, gpus)
+
+
+def placement_env(nproc: int, gpus: int | None = None, force: str | None = None) -> dict[str, str]:
+    """The environment the launcher gives every rank, following :func:`placement`."""
+    if placement(nproc, gpus, force) == "cpu":
+        return {"BOOK_BACKEND": "gloo", "CUDA_VISIBLE_DEVICES": ""}
+    return {"BOOK_BACKEND": "nccl"}
+
+
+def choose_backend(local_world_size: int, local_rank: int = 0, force: str | None = None) -> tuple[str, torch.device]:
+    """Backend and device inside a rank, chosen together so they can never disagree.
+
+    NCCL only works on CUDA tensors and gloo is the CPU backend: picking them separately is how
+    "NCCL on CPU tensors" errors happen. The rule is :func:`placement`'s; under the launcher the
+    ranks receive its decision in ``BOOK_BACKEND`` (and, for the CPU, CUDA hidden).
+    """
+    if placement(local_world_size, force=force) == "gpu":
         return "nccl", torch.device("cuda", local_rank)
     return "gloo", torch.device("cpu")
 
@@ -120,6 +146,20 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def deterministic() -> None:
+    """Make this rank's kernels bitwise repeatable, on the GPU as on the CPU.
+
+    Chapter 9's kill-and-resume compares losses with ``==``. On the GPU that needs cuBLAS's fixed
+    workspace (``CUBLAS_WORKSPACE_CONFIG``, read when the first cuBLAS handle is made), cuDNN's
+    deterministic convolutions without autotuning, and ``torch.use_deterministic_algorithms``,
+    which raises on any op that has no deterministic kernel instead of silently varying.
+    """
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.use_deterministic_algorithms(True)
+    torch.backends.cudnn.deterministic = True
+    torch.backends.cudnn.benchmark = False
 
 
 def sync(device: torch.device) -> None:

@@ -8,7 +8,10 @@ timeouts itself (5 s for the process group), so each ends in seconds on an idle 
 Labs: ``init_hang`` (WORLD_SIZE=2 but one process started), ``collective_mismatch`` (rank 1
 skips an all-reduce), ``port_in_use`` (MASTER_PORT held by another socket), ``rank_crash``
 (rank 1 SIGKILLed at step 2), ``nan_loss`` (learning rate 30), ``cpu_oom`` and its fix
-``cpu_oom_recompute`` (an address-space cap on the process, with and without recomputation).
+``cpu_oom_recompute`` (an address-space cap on the process, with and without recomputation),
+``stale_kernel_lock`` and its fix ``stale_kernel_lock_cleared`` (:mod:`helpers.demos.ch08_kernel_lock`:
+torch's kernel-build lock left by a SIGKILLed build, a second run waiting on it for the lab's 3 s
+timeout, then :func:`helpers.kernels.clear_stale` and a third run that finishes).
 """
 
 from __future__ import annotations
@@ -24,12 +27,15 @@ from dataclasses import dataclass
 import psutil
 
 from helpers.diagnose import Diagnosis, diagnose
-from helpers.launch import QUIET_ENV, REPO_ROOT, _descendants, _kill_all
+from helpers.launch import QUIET_ENV, REPO_ROOT, _descendants, _kill_all, rank_env
 
 DEMO = "helpers.demos.ch08_fail"
-LABS = ("init_hang", "collective_mismatch", "port_in_use", "rank_crash", "nan_loss", "cpu_oom", "cpu_oom_recompute")
+KERNEL_LOCK_DEMO = "helpers.demos.ch08_kernel_lock"
+LABS = ("init_hang", "collective_mismatch", "port_in_use", "rank_crash", "nan_loss", "cpu_oom", "cpu_oom_recompute",
+        "stale_kernel_lock", "stale_kernel_lock_cleared")
 EXPECTED = {"init_hang": "init_hang", "collective_mismatch": "collective_mismatch", "port_in_use": "port_in_use",
-            "rank_crash": "rank_crash", "nan_loss": "nan_loss", "cpu_oom": "out_of_memory"}
+            "rank_crash": "rank_crash", "nan_loss": "nan_loss", "cpu_oom": "out_of_memory",
+            "stale_kernel_lock": "stale_kernel_lock"}
 
 
 @dataclass
@@ -76,6 +82,9 @@ def lab_command(name: str, port: int | None = None) -> tuple[list[str], dict[str
         # a fixed mmap threshold: glibc returns freed tensors to the OS, so the cap sees live memory only
         return [sys.executable, "-m", DEMO, "--mode", "oom"] + (["--recompute"] if name.endswith("recompute") else []), \
             {"MALLOC_MMAP_THRESHOLD_": "1048576"}
+    if name in ("stale_kernel_lock", "stale_kernel_lock_cleared"):  # in a temporary folder, never ~/.cache
+        return [sys.executable, "-m", KERNEL_LOCK_DEMO, "--timeout_s", "3"] + \
+            (["--clear"] if name.endswith("cleared") else []), {}
     raise ValueError(f"unknown lab {name!r}: one of {LABS}")
 
 
@@ -89,7 +98,8 @@ def run_lab(name: str, timeout_s: float = 90.0) -> LabRun:
         holder.listen()
         port = holder.getsockname()[1]
     cmd, extra = lab_command(name, port)
-    env = {**os.environ, **QUIET_ENV, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", **extra}
+    # the labs reproduce CPU (gloo) failures whatever the machine: the launcher forces the CPU
+    env = rank_env(2, {**QUIET_ENV, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", **extra}, force="gloo")
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
     start = time.monotonic()
     out = tempfile.TemporaryFile(mode="w+")  # a file, not a pipe: a long log cannot block the ranks

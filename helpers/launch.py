@@ -30,7 +30,7 @@ from pathlib import Path
 
 import psutil
 
-from helpers.env import RESULT_PREFIX
+from helpers.env import RESULT_PREFIX, placement_env
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 _RANK_LINE = re.compile(r"^\[(?:rank|default)(\d+)\]:(.*)$")
@@ -82,6 +82,15 @@ def torchrun_command(demo: str, nproc: int, args: list[str] | tuple[str, ...] = 
     if log_dir:
         cmd.append(f"--log-dir={log_dir}")
     return cmd + ["-m", module, *map(str, args)]
+
+
+def rank_env(nproc: int, extra: dict[str, str] | None = None, force: str | None = None) -> dict[str, str]:
+    """The ranks' environment: this process's, the placement rule's, then ``extra``.
+
+    :func:`helpers.env.placement` decides GPU+NCCL (``nproc`` <= GPUs) or CPU+gloo with CUDA
+    hidden (``nproc`` > GPUs) once, here, for every demo.
+    """
+    return {**os.environ, **placement_env(nproc, force=force), **(extra or {})}
 
 
 def _descendants(pid: int) -> list[psutil.Process]:
@@ -178,7 +187,7 @@ def launch(
         raise ValueError(f"show must be 'rank0', 'all' or 'none', not {show!r}")
     log_dir = tempfile.mkdtemp(prefix="book-torchrun-")
     cmd = torchrun_command(demo, nproc, args, log_dir=log_dir)
-    child_env = {**os.environ, **(env or {})}
+    child_env = rank_env(nproc, env)
     child_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), child_env.get("PYTHONPATH")]))
     child_env.setdefault("OMP_NUM_THREADS", "1")
     for name, value in QUIET_ENV.items():  # library chatter is not part of a demo's output

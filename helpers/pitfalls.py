@@ -243,6 +243,8 @@ PITFALLS = [
             too_few_microbatches),
     Pitfall("mfu-recompute", "Recomputed FLOPs count towards MFU.", "07_memory", mfu_with_recompute),
     Pitfall("orphans", "Killing torchrun on a timeout stops the training.", "05_launch", _run("orphaned_workers")),
+    Pitfall("kernel-lock", "A Colossal-AI run that is silent at start-up can be killed and started again.",
+            "08_troubleshooting", _run("stale_kernel_lock")),
 ]
 BY_KEY = {p.key: p for p in PITFALLS}
 

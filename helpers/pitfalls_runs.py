@@ -11,7 +11,10 @@ the CPU in a few seconds each:
   shows the recorded Llama run whose sdpa attention lost its causal mask (``ch01_hybrid``);
 * ``resume_without_rng`` trains a small dropout model with a shuffled sampler and resumes it twice;
 * ``orphaned_workers`` shows ``subprocess.run(timeout=...)`` leaving a grandchild alive
-  (known-facts: torchrun's workers), and a killed process group leaving none.
+  (known-facts: torchrun's workers), and a killed process group leaving none;
+* ``stale_kernel_lock`` runs Chapter 8's lab (:func:`helpers.demos.ch08_kernel_lock.reproduce`):
+  torch's kernel-build lock (torch/utils/cpp_extension.py:2345, file_baton.py:34-63) left by a
+  SIGKILLed build, the next run waiting on it silently, :func:`helpers.kernels.clear_stale`.
 """
 
 from __future__ import annotations
@@ -206,3 +209,22 @@ def orphaned_workers() -> Shown:
     return Shown(wrong=f"parent killed, its worker still alive: {left}",
                  fixed=f"started with start_new_session=True and killed with os.killpg: worker alive: {left2}",
                  holds=left and not left2)
+
+
+def stale_kernel_lock(timeout_s: float = 3.0) -> Shown:
+    """A kernel build killed midway; the next run waits on its lock (Chapter 8's lab, in-process)."""
+    from helpers.demos.ch08_kernel_lock import KERNEL, reproduce
+
+    r = reproduce(timeout_s=timeout_s, clear=True, echo=None)
+    return Shown(
+        wrong=f"run 1 was SIGKILLed while it built {KERNEL} (as a launch timeout kills a rank): lock file "
+              f"left behind: {r['lock_left']}. Run 2 printed '[extension] Compiling the JIT {KERNEL} kernel "
+              f"during runtime now' and then nothing until its {timeout_s:g} s timeout "
+              f"(silent: {r['run2_silent']}): torch's FileBaton.wait() sleeps while the file exists, with no "
+              f"message and no time limit (torch/utils/file_baton.py:49, called at cpp_extension.py:2400)",
+        fixed=f"helpers.kernels.clear_stale removed {r['removed']} lock with no live holder (and kept it while "
+              f"run 1 lived and had it open: {r['kept_while_held']}); run 3 then built and exited with code "
+              f"{r['run3_exit']}. On a GPU machine, `make kernels` builds once, printing its progress",
+        holds=r["lock_left"] and r["run2_silent"] and r["kept_while_held"] and r["removed"] == 1
+        and r["run3_exit"] == 0 and r["run3_finished"] and not r["lock_after"],
+    )

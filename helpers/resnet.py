@@ -59,7 +59,6 @@ class ResNet(nn.Module):
             stages += [BasicBlock(channels, out, stride=1 if i == 0 else 2)] + [BasicBlock(out, out) for _ in range(n - 1)]
             channels = out
         self.layers = nn.Sequential(*stages)
-        self.pool = nn.AdaptiveAvgPool2d(1)
         self.fc = nn.Linear(channels, num_classes)
         for m in self.modules():  # torchvision's initialisation
             if isinstance(m, nn.Conv2d):
@@ -67,7 +66,9 @@ class ResNet(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.layers(self.stem(x))  # (b, C, H', W')
-        return self.fc(self.pool(x).flatten(1))  # (b, classes)
+        # global average pool as a mean: AdaptiveAvgPool2d's CUDA backward has no deterministic
+        # kernel (torch.use_deterministic_algorithms refuses it), and Chapter 9 resumes bitwise
+        return self.fc(x.mean(dim=(2, 3)))  # (b, classes)
 
 
 def resnet18(num_classes: int = 10, in_channels: int = 3, width: int = 64, stem: str = "imagenet") -> ResNet:

@@ -2,7 +2,10 @@
 
 Used by every chapter that shows a GPU number. Only code writes these files: a run on the GPU
 box calls :func:`save`, and a CPU notebook calls :func:`load` to show what was measured, with
-the hardware, date, versions and the command that produced it.
+the hardware, date, versions and the command that produced it. ``load(name, gpus=1)`` (or
+``hardware=...``) asks for one machine's record: the one-GPU records (results/1x<GPU>/, made by the
+recorders' ``--gpus 1`` for a one-GPU reader) sit beside the 2-GPU ones under the same names, and a
+plain ``load(name)`` returns them only when no record with more GPUs exists.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ import datetime as _dt
 import json
 import os
 import platform
+import re
 import subprocess
 from importlib import metadata
 from pathlib import Path
@@ -64,24 +68,65 @@ def provenance(command: str) -> dict:
     }
 
 
-def save(name: str, runs: list[dict], command: str) -> Path:
-    """Write ``runs`` with provenance to results/<hardware>/<name>.json and return the path."""
+def save(name: str, runs: list[dict], command: str, copy_to: str | Path | None = None) -> Path:
+    """Write ``runs`` with provenance to results/<hardware>/<name>.json and return the path.
+
+    ``copy_to``: also copy it to ``copy_to``/<hardware>/ (a lent device's $OUT, so that what a
+    command killed at its time limit had saved still comes back)."""
     path = RESULTS_DIR / hardware() / f"{name}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"provenance": provenance(command), "runs": runs}, indent=2) + "\n")
+    if copy_to:
+        import shutil
+
+        (Path(copy_to) / path.parent.name).mkdir(parents=True, exist_ok=True)
+        shutil.copy2(path, Path(copy_to) / path.parent.name / path.name)
     return path
 
 
-def load(name: str) -> dict:
-    """The most recent GPU record called ``name`` (any hardware folder but 'cpu')."""
+def gpu_count(hardware_name: str) -> int | None:
+    """The number of GPUs a hardware folder's name says: '2xNVIDIA-H200' -> 2, 'cpu' -> 0, else None."""
+    if hardware_name == "cpu":
+        return 0
+    found = re.match(r"(\d+)x", hardware_name)
+    return int(found.group(1)) if found else None
+
+
+def _folders(name: str, hardware: str | None, gpus: int | None) -> list[Path]:
     found = [p for p in RESULTS_DIR.glob(f"*/{name}.json") if p.parent.name != "cpu"]
+    if hardware is not None:
+        found = [p for p in found if p.parent.name == hardware]
+    if gpus is not None:
+        found = [p for p in found if gpu_count(p.parent.name) == gpus]
+    elif hardware is None:  # one-GPU records are the one-GPU reader's copies: asked for, or the only ones
+        found = [p for p in found if gpu_count(p.parent.name) != 1] or found
+    return found
+
+
+def load(name: str, hardware: str | None = None, gpus: int | None = None) -> dict:
+    """The most recent GPU record called ``name`` (any hardware folder but 'cpu').
+
+    ``hardware`` (a folder name, e.g. '2xNVIDIA-H200') or ``gpus`` (the count the folder's name
+    starts with) narrow the search. Without either, a one-GPU record (results/1x.../, made for the
+    one-GPU reader beside the 2-GPU one) is returned only when no record with more GPUs exists, so
+    that a chapter written for two GPUs keeps reading what it was written for."""
+    found = _folders(name, hardware, gpus)
     if not found:
+        where = "".join([f" for hardware {hardware}" if hardware else "", f" on {gpus} GPU(s)" if gpus else ""])
         raise FileNotFoundError(
-            f"no recorded GPU result '{name}' under {RESULTS_DIR}: run the chapter's recording "
+            f"no recorded GPU result '{name}'{where} under {RESULTS_DIR}: run the chapter's recording "
             f"command on a GPU box first"
         )
     records = [json.loads(p.read_text()) for p in found]
     return max(records, key=lambda r: r["provenance"]["date"])
+
+
+def find(name: str, hardware: str | None = None, gpus: int | None = None) -> dict | None:
+    """:func:`load`, or None when there is no such record."""
+    try:
+        return load(name, hardware=hardware, gpus=gpus)
+    except FileNotFoundError:
+        return None
 
 
 def earlier(name: str) -> dict | None:
@@ -132,10 +177,14 @@ def format_table(rows: list[dict], columns: list[str]) -> str:
     return "\n".join([line(columns), line(["-" * w for w in widths])] + [line(r) for r in cells])
 
 
-def recorder_main(doc: str, chapter: str, parts: tuple[str, ...], record, budget_s: float) -> None:
+def recorder_main(doc: str, chapter: str, parts: tuple[str, ...], record, budget_s: float,
+                  gpus: int | None = None) -> None:
     """The command line shared by the chapters' GPU recorders that come in parts (Chapters 8, 9):
     ``python -m helpers.chapterNN --record [--quick] [--parts a,b] [--budget_s S] [--show ...]``,
-    then ``record(parts, quick, budget_s, save_results, show)``."""
+    then ``record(parts, quick, budget_s, save_results, show)``.
+
+    ``gpus``: the recorder's world size (Chapter 9: 2); given, the command line gains ``--gpus N``
+    and ``record`` is called with ``gpus=N`` (runs that need more are recorded as not run)."""
     import argparse
 
     parser = argparse.ArgumentParser(description=doc.split("\n")[0])
@@ -144,9 +193,21 @@ def recorder_main(doc: str, chapter: str, parts: tuple[str, ...], record, budget
     parser.add_argument("--parts", default=",".join(parts), help=f"comma-separated subset of {parts}")
     parser.add_argument("--budget_s", type=float, default=budget_s, help="skip the runs that would start after this")
     parser.add_argument("--show", choices=("none", "rank0", "all"), default="none", help="stream the ranks' output")
+    if gpus is not None:
+        parser.add_argument("--gpus", type=int, default=None,
+                            help=f"GPUs to record on (default {gpus}); runs that need more are recorded as not run")
+        parser.add_argument("--copy_to", default=None, help="also copy every saved record here (e.g. $OUT)")
     args = parser.parse_args()
     chosen = [p for p in args.parts.split(",") if p]
     for p in chosen:
         if p not in parts:
             parser.error(f"unknown part {p!r}: one of {parts}")
-    record(chosen, args.quick, args.budget_s, args.record, args.show)
+    if gpus is None:
+        record(chosen, args.quick, args.budget_s, args.record, args.show)
+        return
+    from helpers.recorder import world_mismatch
+
+    wrong = world_mismatch(args.gpus, args.record)
+    if wrong:
+        parser.error(wrong)
+    record(chosen, args.quick, args.budget_s, args.record, args.show, gpus=args.gpus or gpus, copy_to=args.copy_to)

@@ -56,7 +56,7 @@ def _measured():
     from helpers.results import load
 
     try:
-        return {r["layout"]: r for r in measured_rows(load("ch07_memory"))}
+        return {r["layout"]: r for r in measured_rows(load("ch07_memory", gpus=2))}
     except FileNotFoundError:
         return None
 

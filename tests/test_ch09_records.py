@@ -36,7 +36,7 @@ def html(key: str) -> str:
 
 
 def results(part: str) -> list[tuple[str, list[dict]]]:
-    return [(run["name"], run.get("results", [])) for run in load(f"ch09_{part}")["runs"]]
+    return [(run["name"], run.get("results", [])) for run in load(f"ch09_{part}", gpus=2)["runs"]]
 
 
 def test_every_gpu_part_is_glued_into_the_page():
@@ -51,7 +51,7 @@ def test_every_gpu_part_is_glued_into_the_page():
 
 def test_provenance_quoted():
     for part in ("resnet", "hybrid", "nan", "moe", "sp"):
-        p = load(f"ch09_{part}")["provenance"]
+        p = load(f"ch09_{part}", gpus=2)["provenance"]
         assert p["git_commit"].startswith("2819ef0") and p["hardware"] == "2xNVIDIA-H200"
         assert p["versions"]["colossalai"] == "0.5.0" and p["command"].split("--parts ")[1] in PAGE
     assert "at commit `2819ef0`" in PAGE and "results/2xNVIDIA-H200/ch09_<part>.json" in PAGE
@@ -60,7 +60,7 @@ def test_provenance_quoted():
 def test_resnet_accuracies_come_from_the_record():
     accuracies = {name: res[0]["accuracy"] for name, res in results("resnet")}
     assert all(res[0]["data"] == "digits" and res[0]["epochs"] == 30 for _, res in results("resnet"))
-    assert not any(run["cifar10_present"] for run in load("ch09_resnet")["runs"])
+    assert not any(run["cifar10_present"] for run in load("ch09_resnet", gpus=2)["runs"])
     quoted = [f"{100 * a:.2f} %" for a in accuracies.values()]
     assert quoted == ["95.82 %", "96.66 %", "96.94 %", "97.21 %", "97.21 %"]
     for q in quoted:
@@ -117,7 +117,7 @@ def test_nan_study_stayed_finite():
 
 
 def test_nan_study_at_2048_from_the_record():
-    record = load("ch09_nan2048")
+    record = load("ch09_nan2048", gpus=2)
     p = record["provenance"]
     assert p["hardware"] == "2xNVIDIA-H200" and f"commit `{p['git_commit'][:7]}`" in PAGE and p["command"] in PAGE
     tp, dp, gathered = record["runs"]
@@ -165,7 +165,7 @@ def test_moe_numbers():
 
 
 def test_sp_limits_and_the_failed_allocations():
-    swept = [run for run in load("ch09_sp")["runs"] if show._points(run)]
+    swept = [run for run in load("ch09_sp", gpus=2)["runs"] if show._points(run)]
     limits = {run["name"]: (max(p["seq"] for p in run["results"] if not p["oom"]),
                             min(p["seq"] for p in run["results"] if p["oom"])) for run in swept}
     assert list(limits.values()) == [(16384, 32768), (8192, 16384), (8192, 16384)]
@@ -176,7 +176,7 @@ def test_sp_limits_and_the_failed_allocations():
                 asked = float(re.search(r"allocate ([\d.]+) GiB", p["error"]).group(1))
                 assert heads == 8 and show.oom_request_gib(p) == asked == show.attention_scores_gib(p["seq"], heads)
     assert show.gpu_capacity_gib(swept) == 139.8
-    ring = load("ch09_sp")["runs"][-1]
+    ring = load("ch09_sp", gpus=2)["runs"][-1]
     assert not ring["ok"] and "Flash Attention is not installed" in ring["error"]
     assert "Flash Attention is not installed" in PAGE and "16,384 (127.3 GiB" not in PAGE
     assert "reached 16,384 tokens (127.3 GiB per GPU)" in PAGE

@@ -84,3 +84,30 @@ def test_the_root_cause_wins_over_a_partners_knock_on_error():
     assert _failing_rank(lines) == 1  # torchrun saw rank 0 exit first; rank 1 is the cause
     assert _failing_rank({0: lines[0], LAUNCHER: lines[LAUNCHER]}) == 0
     assert _failing_rank({0: ["fine"], LAUNCHER: []}) is None
+
+
+def test_the_placement_rule_ranks_against_gpus(monkeypatch):
+    """Chapter 1, "Where the ranks run": R <= G -> one GPU each with NCCL, R > G -> CPU and gloo."""
+    from helpers.env import placement, placement_env, rule
+
+    monkeypatch.delenv("BOOK_BACKEND", raising=False)
+    assert [rule(r, 1) for r in (1, 2)] == ["gpu", "cpu"]
+    assert [rule(r, 2) for r in (1, 2, 4)] == ["gpu", "gpu", "cpu"]
+    assert rule(3, 0) == "cpu"
+    assert placement_env(2, gpus=1) == {"BOOK_BACKEND": "gloo", "CUDA_VISIBLE_DEVICES": ""}
+    assert placement_env(2, gpus=2) == {"BOOK_BACKEND": "nccl"}
+    assert placement(2, gpus=8, force="gloo") == "cpu"
+    with pytest.raises(RuntimeError, match="one GPU per local rank: 4 ranks but 2 GPUs"):
+        placement(4, gpus=2, force="nccl")
+    with pytest.raises(ValueError, match="nproc must be at least 1"):
+        rule(0, 2)
+    monkeypatch.setenv("BOOK_BACKEND", "mpi")
+    with pytest.raises(ValueError, match="BOOK_BACKEND must be 'gloo' or 'nccl'"):
+        placement(1, gpus=1)
+
+
+def test_ranks_on_the_cpu_see_no_cuda():
+    from helpers.env import gpu_count
+
+    ranks = launch("selftest", nproc=gpu_count() + 1, show="none").results
+    assert {(r["backend"], r["device"], r["cuda_visible"]) for r in ranks} == {("gloo", "cpu", False)}

@@ -98,12 +98,17 @@ class Trainer:
         return None if loss is None else float(loss.detach().float())
 
 
+def parser() -> argparse.ArgumentParser:
+    """The command line (the recorder's tests parse its layouts with it)."""
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    TrainLayout.add_arguments(p)
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--steps", type=int, default=4, help="timed steps")
+    return p
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    TrainLayout.add_arguments(parser)
-    parser.add_argument("--warmup", type=int, default=2)
-    parser.add_argument("--steps", type=int, default=4, help="timed steps")
-    args = parser.parse_args()
+    args = parser().parse_args()
     layout = TrainLayout.from_namespace(args)
     from colossalai.booster import Booster
 

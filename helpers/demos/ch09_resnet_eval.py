@@ -12,7 +12,7 @@ import argparse
 import torch
 from torch.utils.data import DataLoader
 
-from helpers.env import emit, say
+from helpers.env import choose_backend, deterministic, emit, say
 from helpers.imagedata import datasets
 from helpers.resnet import model_for
 
@@ -32,7 +32,8 @@ def main() -> None:
     p.add_argument("-e", "--epoch", type=int, required=True, help="evaluate model_EPOCH.pth")
     p.add_argument("--data", choices=("digits", "cifar10"), default="cifar10")
     args = p.parse_args()
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    _, device = choose_backend(1)  # the launcher's rule, as for the training script
+    deterministic()
     model = model_for(args.data).to(device)
     state = torch.load(f"{args.checkpoint}/model_{args.epoch}.pth", map_location=device)
     model.load_state_dict(state)

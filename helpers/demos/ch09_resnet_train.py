@@ -29,7 +29,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.optim.lr_scheduler import MultiStepLR
 
-from helpers.env import distributed, emit, say, sync
+from helpers.env import deterministic, distributed, emit, say, sync
 from helpers.imagedata import datasets
 from helpers.resnet import model_for
 
@@ -146,6 +146,8 @@ def main() -> None:
     args = parser().parse_args()
     with distributed() as env:
         from colossalai.cluster import DistCoordinator
+
+        deterministic()  # the resume below is bitwise on the GPU too
 
         coordinator = DistCoordinator()
         lr = LEARNING_RATE * coordinator.world_size  # old_gpu_num / old_lr = new_gpu_num / new_lr
