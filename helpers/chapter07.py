@@ -134,7 +134,7 @@ def summary(record: dict) -> dict:
             layout = replace(known[0], world=record.get("world", known[0].world)) if known else None
         except ValueError:  # tp·pp does not divide that world: nothing to predict
             layout = None
-        out = {"layout": record["name"], "error": record.get("error", "?").strip().splitlines()[-1][:120],
+        out = {"layout": record["name"], "error": _cause(record.get("error")),
                "predicted": max(predict(layout, r)["peak"] for r in range(layout.world)) if layout else None}
         return {**out, "not_run": record["not_run"]} if record.get("not_run") else out
     layout = TrainLayout.from_dict(record["ranks"][0]["layout"])
@@ -382,6 +382,14 @@ def world_rows(one: dict | None = None, two: dict | None = None, names: list[str
         row["note"] = "; ".join(dict.fromkeys(notes))
         rows.append(row)
     return rows
+
+
+def _cause(error: str | None) -> str:
+    """A failed run's cause in one line: a timeout's first sentence, else the error's last line."""
+    lines = (error or "?").strip().splitlines() or ["?"]
+    if "ran past its" in lines[0]:  # helpers.launch.LaunchTimeout: the rest is the ranks' last lines
+        return lines[0].split(";")[0].removeprefix("helpers.demos.ch07_memory ")
+    return lines[-1][:120]
 
 
 def one_gpu_status(one: dict | None = None) -> str:

@@ -28,14 +28,10 @@ colossalai 0.5.0 and torch 2.13.0 (``.venv/lib/python3.11/site-packages``):
 
 A live holder has the lock open, or runs in its folder (ninja and the compilers torch starts): a
 lock with neither is stale and safe to delete. Not visible from here: a holder on another host
-that shares this home directory (NFS) or in another PID namespace.
+that shares this home directory (NFS) or in another PID namespace. Only :func:`build_dir` and
+:func:`ensure` import torch and Colossal-AI (the launcher's :func:`timeout_hint` stays cheap).
 
-    python -m helpers.kernels                 # ensure(): build or load the kernels (make kernels)
-    python -m helpers.kernels --list          # every lock file, who holds it, the built kernels
-    python -m helpers.kernels --clear-stale   # delete the locks no live process holds
-
-This module imports neither torch nor Colossal-AI at import time (the launcher's
-:func:`timeout_hint` must stay cheap); :func:`build_dir` and :func:`ensure` import them.
+    python -m helpers.kernels [--list | --clear-stale]   # ensure() (make kernels) | locks | clear
 """
 
 from __future__ import annotations
@@ -43,6 +39,8 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import subprocess
+import sys
 import threading
 import time
 from contextlib import contextmanager
@@ -125,8 +123,17 @@ def locks(root: str | Path | None = None) -> list[Lock]:
     return out
 
 
-def clear_stale(verbose: bool = True, root: str | Path | None = None) -> list[Path]:
-    """Delete the lock files no live process holds; keep held ones. Returns the paths removed."""
+def clear_stale(verbose: bool = True, root: str | Path | None = None,
+                grace_s: float = 0.5) -> list[Path]:
+    """Delete the lock files no live process holds; keep held ones. Returns the paths removed.
+
+    ``FileBaton.release`` closes the file before it deletes it (file_baton.py:60-63): a lock seen
+    unheld in that instant is not stale, so a lock is deleted only if it is still there, the same
+    file and still unheld ``grace_s`` later.
+    """
+    first = {lock.path: lock.inode for lock in locks(root) if lock.stale}
+    if first and grace_s:
+        time.sleep(grace_s)
     removed = []
     for lock in locks(root):
         if not lock.stale:
@@ -134,12 +141,9 @@ def clear_stale(verbose: bool = True, root: str | Path | None = None) -> list[Pa
                 print(f"kept {lock.path}: held by pid {lock.holder} ({lock.how}); a build is running, "
                       f"let it finish", flush=True)
             continue
-        try:
-            if os.stat(lock.path).st_ino != lock.inode:  # released and taken anew since we looked
-                continue
-            lock.path.unlink()
-        except FileNotFoundError:
+        if first.get(lock.path) != lock.inode:  # new since the first look
             continue
+        lock.path.unlink(missing_ok=True)
         removed.append(lock.path)
         if verbose:
             print(f"removed stale lock {lock.path}: no live process has it open or runs in "
@@ -167,7 +171,6 @@ def timeout_hint(lines_by_rank: dict[int, list[str]], root: str | Path | None = 
 
     Names the ranks that printed "Compiling the JIT ..." and never finished (they were building,
     or waiting on the build lock, when they were killed), and every lock file with no live holder.
-    Imports neither torch nor Colossal-AI.
     """
     root = Path(root) if root is not None else extension_root()
     building = {r: unfinished_builds(lines) for r, lines in sorted(lines_by_rank.items())}
@@ -194,32 +197,46 @@ def timeout_hint(lines_by_rank: dict[int, list[str]], root: str | Path | None = 
     return " ".join(parts)
 
 
+def _wait_for_others(folder: Path, progress: bool, every_s: float = TICK_S) -> None:
+    """Wait while another live process holds a lock in ``folder``, then clear what is stale: ninja
+    starts each command in a process group of its own, so a killed run's compilers can go on for a
+    while (seen on an H200: ``sh`` in the folder after the run's group was SIGKILLed)."""
+    start = last = time.monotonic()
+    while held := [lock for lock in locks(folder) if lock.holder not in (None, os.getpid())]:
+        if progress and time.monotonic() - last >= every_s:
+            last = time.monotonic()
+            print(f"waiting for pid {held[0].holder} ({held[0].how}) to finish building in {folder} "
+                  f"… {last - start:.0f} s", flush=True)
+        time.sleep(0.5)
+    clear_stale(verbose=progress, root=folder)
+
+
 @contextmanager
-def _ticker(name: str, folder: Path, cached: bool, every_s: float = TICK_S):
-    """Print a progress line every ``every_s`` while the body builds (or waits for) ``name``."""
-    stop, start = threading.Event(), time.monotonic()
+def _ticker(name: str, folder: Path, progress: bool, every_s: float = TICK_S):
+    """While the body builds ``name``: a progress line every ``every_s``; if the build this run
+    waits for dies meanwhile (its lock left unheld), remove the lock and report ``died``."""
+    stop, start, state = threading.Event(), time.monotonic(), {"died": False}
 
     def tick() -> None:
         while not stop.wait(every_s):
             waited = f"{time.monotonic() - start:.0f} s"
             found = locks(folder)
             other = [lock for lock in found if lock.holder not in (None, os.getpid())]
-            dead = [lock for lock in found if lock.stale]
-            if dead:
-                line = (f"waiting on {dead[0].path}, which no live process holds: it will never be "
-                        f"released; stop this run and use {CLEAR_COMMAND}")
+            if any(lock.stale for lock in found) and clear_stale(verbose=False, root=folder):
+                state["died"] = True
+                line = (f"the build this run waited for died, leaving its lock in {folder}: removed "
+                        f"it; {name} will be built again in a fresh process")
             elif other:
                 line = f"waiting for pid {other[0].holder}'s build ({other[0].path}) … {waited}"
-            elif cached:
-                line = f"loading {name} … {waited} (built before, in {folder})"
-            else:
+            else:  # loading a kernel built before takes a second or two: no line
                 line = f"building {name} … {waited} (first build ≈ 1 min, cached in {folder})"
-            print(line, flush=True)
+            if progress or state["died"]:
+                print(line, flush=True)
 
     thread = threading.Thread(target=tick, daemon=True)
     thread.start()
     try:
-        yield
+        yield state
     finally:
         stop.set()
         thread.join(timeout=1)
@@ -234,9 +251,9 @@ def _kernel_name(loader: type) -> str:
 def ensure(progress: bool = True) -> dict[str, float]:
     """Build or load the kernels HybridAdam needs, once per machine; seconds per kernel.
 
-    What notebooks call before their first Colossal-AI GPU cell and ``make kernels`` runs. Without
-    CUDA it prints :data:`NO_CUDA` and returns. With CUDA it clears stale locks, then loads
-    ``CPUAdamLoader`` and ``FusedOptimizerLoader`` (the two HybridAdam loads) with a progress line
+    Notebooks call it before their first Colossal-AI GPU cell; ``make kernels`` runs it. Without
+    CUDA: prints :data:`NO_CUDA`. With CUDA: clears stale locks, waits for a live build, loads
+    ``CPUAdamLoader`` and ``FusedOptimizerLoader`` (HybridAdam's two loads) with a progress line
     every 10 s; a failed build raises ``RuntimeError`` naming the kernel and the folder.
     """
     import torch
@@ -251,17 +268,17 @@ def ensure(progress: bool = True) -> dict[str, float]:
     took = {}
     for loader in (CPUAdamLoader, FusedOptimizerLoader):
         name = _kernel_name(loader)
-        cached = (folder / f"{name}.so").exists()
-        start = time.monotonic()
-        try:
-            if progress:
-                with _ticker(name, folder, cached):
-                    loader().load()
-            else:
+        _wait_for_others(folder, progress)
+        cached, start = (folder / f"{name}.so").exists(), time.monotonic()
+        with _ticker(name, folder, progress) as state:
+            try:
                 loader().load()
-        except Exception as err:
-            raise RuntimeError(f"Colossal-AI's {name} kernel could not be built or loaded in {folder}: "
-                               f"{type(err).__name__}: {err}") from err
+            except Exception as err:
+                if state["died"]:  # torch's versioner in this process would skip the build now
+                    subprocess.run([sys.executable, "-m", "helpers.kernels"], check=True)
+                    return took
+                raise RuntimeError(f"Colossal-AI's {name} kernel could not be built or loaded in "
+                                   f"{folder}: {type(err).__name__}: {err}") from err
         took[name] = time.monotonic() - start
         if progress:
             print(f"{name}: {'loaded' if cached else 'built'} in {took[name]:.1f} s ({folder})",

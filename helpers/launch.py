@@ -240,11 +240,14 @@ def launch(
     seconds = time.monotonic() - start
     name = cmd[cmd.index("-m", 3) + 1]
     if timed_out:
+        from helpers.kernels import timeout_hint  # Chapter 8, "A stale kernel-build lock"
+
         running = sorted(r for r in lines if r != LAUNCHER)
         raise LaunchTimeout(
             f"{name} ran past its {timeout_s:g} s timeout; all {nproc} ranks were killed.\n"
             f"Ranks that printed something: {running}. Last lines:\n"
-            + "\n".join(f"[rank{r}] {_tail(lines[r], 5)}" for r in running),
+            + "\n".join(f"[rank{r}] {_tail(lines[r], 5)}" for r in running)
+            + (f"\n{hint}" if (hint := timeout_hint(lines)) else ""),
             None, lines, None,
         )
     if proc.returncode != 0:

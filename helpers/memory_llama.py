@@ -153,8 +153,10 @@ def model_states(layout: TrainLayout, stage: int = 0) -> dict:
     out = {"weights": w * psi, "master": 0.0, "optimizer": 8 * psi, "buckets": 0.0, "grads": w * psi,
            "workspace": CUBLAS_WORKSPACES}
     out["step"] = out["grads"]
-    if plugin == "ddp":  # torch DDP, gradient_as_bucket_view=False: buckets are a second gradient copy
-        out["buckets"] = w * psi if n > 1 else 0.0
+    if plugin == "ddp":  # torch DDP, gradient_as_bucket_view=False: buckets are a second gradient copy,
+        # at world size 1 too (its Reducer is built whatever the world size: one H200 measured the
+        # copy, results/1xNVIDIA-H200/ch07_memory.json, "DDP fp32")
+        out["buckets"] = w * psi
     elif plugin == "hybrid":  # HybridParallelAMPOptimizer (MixedPrecisionOptimizer), ZeRO 0 here
         if mixed:
             out["master"] = 4 * psi  # p.detach().float()

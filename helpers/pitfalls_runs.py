@@ -34,6 +34,7 @@ from torch import nn
 from helpers import results
 from helpers.checkpoint import DataPosition, ResumableSampler, rng_state, set_rng_state
 from helpers.launch import launch
+from helpers.measured import approx_list
 from helpers.pitfalls import Shown
 
 
@@ -154,9 +155,10 @@ def resume_without_rng(steps: int = 6, stop: int = 3) -> Shown:
     bare, _ = _train(steps - stop, saved, restore_rng=False)
     exact, _ = _train(steps - stop, saved, restore_rng=True)
     return Shown(
-        wrong=f"uninterrupted losses after step {stop}: {full[stop:]}; resumed from weights and optimizer only: "
-              f"{bare} (other dropout masks, the epoch's first batches again)",
-        fixed=f"also restoring RNG states and the data position (helpers.checkpoint): {exact}",
+        wrong=f"uninterrupted losses after step {stop}: {approx_list(full[stop:])}; resumed from weights and "
+              f"optimizer only: {approx_list(bare)} (other dropout masks, the epoch's first batches again)",
+        fixed=f"also restoring RNG states and the data position (helpers.checkpoint): {approx_list(exact)}, "
+              f"equal to the uninterrupted run's: {exact == full[stop:]}",
         holds=bare != full[stop:] and exact == full[stop:],
     )
 

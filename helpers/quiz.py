@@ -60,10 +60,13 @@ class Question:
         return math.isclose(float(given), self.value(), rel_tol=self.rel_tol, abs_tol=1e-12)
 
     def href(self) -> str:
-        """Link to the explaining section, valid from book/ and notebooks/ alike."""
-        from docutils.nodes import make_id  # the anchor Sphinx gives a heading
-
-        anchor = f"#{make_id(self.section)}" if self.section else ""
+        """Link to the explaining section, valid from book/ and notebooks/ alike (the page alone where
+        docutils, part of the book's toolchain, is not installed: a GPU box with notebook tools only)."""
+        try:
+            from docutils.nodes import make_id  # the anchor Sphinx gives a heading
+        except ImportError:
+            make_id = None
+        anchor = f"#{make_id(self.section)}" if self.section and make_id else ""
         return f"../book/{self.chapter}.html{anchor}"
 
 

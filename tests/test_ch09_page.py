@@ -60,5 +60,9 @@ def test_cpu_accuracies_quoted_are_the_notebooks():
     tables = [o["data"]["text/html"] for c in nb["cells"] if c["cell_type"] == "code" and "ch09-resnet-cpu" in "".join(c["source"])
               for o in c["outputs"] if "data" in o and "text/html" in o["data"]]
     html = "".join(tables[0]) if isinstance(tables[0], list) else tables[0]
-    for accuracy in ("93.59 %", "95.54 %"):
-        assert accuracy in html and accuracy in PAGE
+    # the accuracies depend on the CPU's kernel path: the table marks them, the page quotes none
+    import re
+
+    accuracies = re.findall(r"≈(\d+\.\d\d) %", html)
+    assert len(accuracies) == 2 and all(float(a) >= 90 for a in accuracies)
+    assert not any(f"{a} %" in PAGE for a in accuracies) and "--target_acc 0.9" in PAGE

@@ -9,6 +9,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -168,3 +169,26 @@ def test_lab_reproduces_the_hang_and_the_fix():
     folder = re.search(r"(\S+ch08-kernel-lock-[^/\s]+)/", run.log).group(1)  # a temporary folder
     assert Path(folder).parent == Path(tempfile.gettempdir()) and not Path(folder).exists()
     assert time.monotonic() - start < 120
+
+
+def test_ensure_waits_for_a_live_build_then_clears(tmp_path, capsys):
+    """ensure()'s wait (no CUDA needed): a live holder is waited for; once it dies, its lock goes."""
+    lock = tmp_path / "lock"
+    proc = _start(["-c", HOLD, str(lock)])
+    assert proc.stdout.readline().strip() == "held"
+    threading.Timer(1.0, proc.kill).start()
+    kernels._wait_for_others(tmp_path, progress=True, every_s=0.3)
+    proc.wait()
+    assert not lock.exists()
+    out = capsys.readouterr().out
+    assert f"waiting for pid {proc.pid} (has it open)" in out and "removed stale lock" in out
+
+
+def test_ticker_notices_a_build_that_died_while_waited_for(tmp_path, capsys):
+    (tmp_path / "lock").touch()  # the holder this run waited for was killed
+    with kernels._ticker("fused_optim_cuda", tmp_path, progress=False, every_s=0.2) as state:
+        deadline = time.monotonic() + 10
+        while not state["died"] and time.monotonic() < deadline:
+            time.sleep(0.1)
+    assert state["died"] and not (tmp_path / "lock").exists()
+    assert "the build this run waited for died" in capsys.readouterr().out

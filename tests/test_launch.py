@@ -111,3 +111,12 @@ def test_ranks_on_the_cpu_see_no_cuda():
 
     ranks = launch("selftest", nproc=gpu_count() + 1, show="none").results
     assert {(r["backend"], r["device"], r["cuda_visible"]) for r in ranks} == {("gloo", "cpu", False)}
+
+
+def test_a_timeout_during_a_kernel_build_says_so():
+    """Chapter 8, "A stale kernel-build lock": the launcher's timeout names the unfinished build."""
+    with pytest.raises(LaunchTimeout) as err:
+        launch("selftest", nproc=2, args=["--mode", "build"], timeout_s=20, show="none")
+    message = str(err.value)
+    assert "Rank 0 printed Colossal-AI's \"Compiling the JIT fused_optim_cuda kernel\" line" in message
+    assert "python -m helpers.kernels --clear-stale" in message

@@ -4,6 +4,7 @@
 --mode crash   rank 1 raises in the middle of the step
 --mode hang    rank 1 never joins the all-reduce, so rank 0 waits forever
 --mode silent  every rank finishes without a RESULT line
+--mode build   rank 0 prints Colossal-AI's "Compiling the JIT ..." line, then hangs like a build
 """
 
 import argparse
@@ -17,13 +18,16 @@ from helpers.env import distributed, emit, say
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--mode", choices=["ok", "crash", "hang", "silent"], default="ok")
+    parser.add_argument("--mode", choices=["ok", "crash", "hang", "silent", "build"], default="ok")
     mode = parser.parse_args().mode
     with distributed() as env:
         say(f"rank {env.rank} of {env.world_size} up on {env.backend}")
         if mode == "crash" and env.rank == 1:
             raise RuntimeError("rank 1 crashed on purpose in the middle of a step")
         if mode == "hang" and env.rank == 1:
+            time.sleep(3600)
+        if mode == "build" and env.rank == 0:  # what colossalai's cuda_extension.build_jit prints
+            say("[extension] Compiling the JIT fused_optim_cuda kernel during runtime now")
             time.sleep(3600)
         x = torch.tensor([float(env.rank)], device=env.device)
         dist.all_reduce(x)
