@@ -185,12 +185,17 @@ test-gpu: $(PYTHON_ENV) kernels
 
 # The nbval part of `make test` once more under a second CPU kernel path (torch's vector kernels
 # are chosen per CPU: stored outputs must hold on AVX2 and AVX-512 machines alike).
+# The BLAS (MKL) and oneDNN choose their own code paths: capped at the same level.
 PORTABLE_CAPABILITY ?= default
+ISA_CAPS := default:SSE41:SSE4_2 avx2:AVX2:AVX2 avx512:AVX512_CORE:AVX512
+ISA_CAP = $(word $(1),$(subst :, ,$(filter $(PORTABLE_CAPABILITY):%,$(ISA_CAPS))))
 test-portable: $(PYTHON_ENV) $(OFFLINE_STAMP)
 	@t0=$$(date +%s.%N)
 	rc=0
-	echo "==> notebooks under ATEN_CPU_CAPABILITY=$(PORTABLE_CAPABILITY) (this CPU: $$($(PY) -c 'import torch; print(torch.backends.cpu.get_cpu_capability())'))"
-	$(RUN_ENV) ATEN_CPU_CAPABILITY=$(PORTABLE_CAPABILITY) $(PY) -m pytest notebooks \
+	if [ -z "$(call ISA_CAP,1)" ]; then echo "PORTABLE_CAPABILITY must be default, avx2 or avx512" >&2; exit 2; fi
+	echo "==> notebooks under ATEN_CPU_CAPABILITY=$(PORTABLE_CAPABILITY), ONEDNN_MAX_CPU_ISA=$(call ISA_CAP,2), MKL_ENABLE_INSTRUCTIONS=$(call ISA_CAP,3) (this CPU: $$($(PY) -c 'import torch; print(torch.backends.cpu.get_cpu_capability())'))"
+	$(RUN_ENV) ATEN_CPU_CAPABILITY=$(PORTABLE_CAPABILITY) ONEDNN_MAX_CPU_ISA=$(call ISA_CAP,2) \
+	  MKL_ENABLE_INSTRUCTIONS=$(call ISA_CAP,3) $(PY) -m pytest notebooks \
 	  --nbval $(NBVAL_FLAGS) $(TIMEOUT_FLAG) -q $(PYTEST_ARGS) || rc=$$?
 	echo "==> make test-portable: wall time $$(awk -v a="$$t0" -v b="$$(date +%s.%N)" 'BEGIN{printf "%.1f", b-a}') s (exit code $$rc)"
 	exit $$rc
