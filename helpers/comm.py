@@ -23,7 +23,7 @@ Sources:
   attention output, per layer 4·b·s·h/P elements per rank in forward (the same again in backward).
 * **Pipeline bubble**: see :func:`helpers.pipeline.bubble_fraction` (one home for it).
 * **Seed rule**: share = t_comm / (t_comm + t_compute); above 0.5 the seed advises lowering TP,
-  raising the batch, or overlapping (formulas.md, "Communication share").
+  raising the batch, or overlapping (Chapter 3, "Step 3: is communication the bottleneck?").
 """
 
 from __future__ import annotations

@@ -21,7 +21,8 @@ loss check still holds every run to ``--fail_on_divergence``.
 
 MFU is reported twice. ``mfu`` is the book's (:mod:`helpers.mfu`, N = the parameters that do
 matrix multiplications); ``mfu_all_params`` counts N = every parameter, the input embedding too,
-as issue 6 states its formula (6N + 12·L·h·s)·tokens / (time · GPUs · 989.5 TFLOP/s).
+as PaLM states its formula (Chowdhery et al. 2022, appendix B):
+(6N + 12·L·h·s)·tokens / (time · GPUs · 989.5 TFLOP/s).
 """
 
 from __future__ import annotations

@@ -74,7 +74,8 @@ def columns(rows: list[dict]) -> list[str]:
 
 
 def figure(record: dict, target: float = 0.5):
-    """MFU per run (book's count, bars; issue 6's count, dots), FSDP2 grey, Colossal-AI blue; the target line."""
+    """MFU per run (book's count, bars; PaLM's count with every parameter, dots), FSDP2 grey,
+    Colossal-AI blue; the target line."""
     import matplotlib.pyplot as plt
 
     rows = [summarize(r["name"], r) for r in record["runs"]]

@@ -18,7 +18,8 @@ Sources, one per part:
   Models", Table 2), bytes per transformer layer, 16-bit, no recomputation:
   no parallelism sbh(34 + 5as/h); tensor parallel sbh(10 + 24/t + 5as/(ht)); tensor + sequence
   parallel (sbh/t)(34 + 5as/h); full recomputation keeps only the layer input, 2sbh (2sbh/t with
-  sequence parallelism). Flash attention stores no s×s scores, dropping the 5as/h term (formulas.md).
+  sequence parallelism). Flash attention stores no s×s scores, dropping the 5as/h term
+  (Korthikanti et al. 2022, the sbh(34 + 5as/h) count; Chapter 7).
   An own sequence axis of size S (Ulysses all_to_all: sequence split outside attention, heads split
   inside) divides everything by S; ring_attn is modelled the same way (Colossal-AI runs it with flash
   attention, so the score term is absent there anyway). Left out, as in Table 2: embedding dropout,
@@ -162,8 +163,8 @@ def estimate(params: float, layout: Layout | None = None, *, dp: int = 1, tp: in
     ``shape`` (layers, heads, hidden) and a sequence length (``seq_len`` or ``shape.seq_len``);
     without a shape they are 0. ``microbatches`` (m) caps the in-flight micro-batches of 1F1B at
     min(m, P); by default P. ``overhead_bytes`` is the fixed per-rank cost (CUDA context, NCCL
-    buffers, allocator slack): 0 by default, to be measured on the GPU box (formulas.md: typically
-    0.5–2 GiB). Sources of each term: the module docstring.
+    buffers, allocator slack): 0 by default, to be measured on the GPU box (Chapter 7's "outside
+    allocator" column: typically 0.5–2 GiB). Sources of each term: the module docstring.
     """
     if layout is not None:
         dp, tp, pp, sp, sp_mode = layout.dp, layout.tp, layout.pp, layout.sp, layout.sp_mode

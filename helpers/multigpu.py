@@ -1,4 +1,4 @@
-"""Issue 7: the hybrid layouts on 4 and 8 GPUs, recorded with provenance (Chapter 2, "On 4 and 8 GPUs").
+"""The hybrid layouts on 4 and 8 GPUs, recorded with provenance (Chapter 2, "On 4 and 8 GPUs").
 
 Record on a box with 4 or 8 GPUs (results/<hardware>/multigpu.json; earlier runs on the same
 hardware are kept, each with its own provenance)::

@@ -1,4 +1,4 @@
-"""Issue 7's 4- and 8-GPU record, read back (Chapter 2, "On 4 and 8 GPUs"; :mod:`helpers.multigpu` records it).
+"""The 4- and 8-GPU record, read back (Chapter 2, "On 4 and 8 GPUs"; :mod:`helpers.multigpu` records it).
 
 Reads every ``results/<hardware>/multigpu.json`` (not 'cpu'): :func:`missing_runs` names the runs no
 machine has launched yet, :func:`waiting` says which machine each waits for and the command,
@@ -51,7 +51,7 @@ def waiting(name: str = NAME) -> str:
     failed = [k for k in missing_runs(name, include_failed=True) if k not in {r.key for r in missing}]
     lines = [f"Launched but not ok (see the verdicts): {', '.join(failed)}"] if failed else []
     if not missing:
-        return "\n".join(lines + ["Every run of issue 7 is recorded."])
+        return "\n".join(lines + ["Every 4- and 8-GPU run is recorded."])
     for gpus in sorted({r.gpus for r in missing}):
         keys = [r.key for r in missing if r.gpus == gpus]
         lines.append(f"Waiting for a machine with {gpus} GPUs: {', '.join(keys)}")

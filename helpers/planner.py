@@ -9,7 +9,8 @@ time estimate built from the book's models, each with its source:
   ZeRO ≤ 1 with a pipeline, 1F1B's m ≥ P);
 * memory per GPU: :func:`helpers.memory.estimate` (ZeRO §3, Korthikanti Table 2, 1F1B in flight)
   plus a fixed overhead; a layout that does not fit ``Hardware.memory_gib`` is dropped;
-* compute: (6Ψ + 12·L·h·s) FLOPs per token, ×4/3 with full recomputation (formulas.md), at an
+* compute: (6Ψ + 12·L·h·s) FLOPs per token, ×4/3 with full recomputation (one more
+  forward pass; PaLM, Chowdhery et al. 2022, appendix B), at an
   *assumed* MFU of the peak: the same efficiency for every layout, a stated simplification;
 * communication by tier (:mod:`helpers.comm`, α-β links): a group whose ranks lie in one node uses
   ``Hardware.intra`` (NVLink), otherwise ``Hardware.inter`` (the network). Ranks follow
@@ -52,7 +53,8 @@ class Model:
 
     @property
     def params(self) -> int:
-        """4Lh² attention (GQA: 2h² + 2h·h_kv), 3·L·h·ffn SwiGLU, 2vh untied embeddings (formulas.md)."""
+        """4Lh² attention (GQA: 2h² + 2h·h_kv), 3·L·h·ffn SwiGLU, 2vh untied embeddings
+        (Chapter 7's parameter count)."""
         kv = self.hidden * self.kv_heads // self.heads
         return self.layers * (2 * self.hidden**2 + 2 * self.hidden * kv + 3 * self.hidden * self.ffn) + 2 * self.vocab * self.hidden
 
@@ -75,7 +77,8 @@ class Hardware:
     mfu: float = 0.40  # assumed model-FLOPs utilisation (known-facts: 0.95 B Llama measured 29-40 %)
     intra: Link = NOMINAL_LINKS["nvlink4"]
     inter: Link = NOMINAL_LINKS["ib_ndr"]
-    overhead_gib: float = 2.0  # CUDA context, NCCL buffers, allocator slack (formulas.md: 0.5-2 GiB)
+    # CUDA context, NCCL buffers, allocator slack (Chapter 7's "outside allocator" column: 0.5-2 GiB)
+    overhead_gib: float = 2.0
     flash: bool = True  # flash attention: no s×s scores stored
 
 

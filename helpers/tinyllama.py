@@ -61,7 +61,7 @@ def shard_batch(batch: dict[str, torch.Tensor], index: int, parts: int) -> dict[
 
 
 def llama_params(config) -> int:
-    """Parameter count of a Llama model from its config (formulas.md: 4Lh² attention for MHA,
+    """Parameter count of a Llama model from its config (Chapter 7's count: 4Lh² attention for MHA,
     3·L·h·ffn MLP, 2vh untied embeddings and head, 2h+1 norms per layer plus the final norm)."""
     h, L, v, f = config.hidden_size, config.num_hidden_layers, config.vocab_size, config.intermediate_size
     kv = h * config.num_key_value_heads // config.num_attention_heads

@@ -1,5 +1,5 @@
 """Chapter 2's from-scratch D x P x T demo (helpers/demos/ch02_3d.py) on gloo at 4 and 8 processes:
-the CPU versions of issue 7's multi-dimensional layouts. Each run checks itself against the unsplit
+the CPU versions of Chapter 2's 4- and 8-GPU layouts. Each run checks itself against the unsplit
 model inside every rank; the tests check that it did, and that the groups are the mesh's."""
 
 import pytest
@@ -29,7 +29,7 @@ def test_3d_layout_matches_the_unsplit_model(nproc, pp, tp):
 
 
 def test_tensor_times_data_parallel_with_zero1_matches_unsharded_adam():
-    """tp=2 x dp=2 with ZeRO-1 (issue 7's 4-GPU layout, on gloo): Adam states sharded over each data
+    """tp=2 x dp=2 with ZeRO-1 (a 4-GPU layout of Chapter 2, on gloo): Adam states sharded over each data
     group; after every step the weight shards equal the unsplit model trained with plain Adam."""
     import math
 
@@ -51,7 +51,7 @@ def test_3d_layout_refuses_a_world_that_does_not_factor():
 
 
 def test_sequence_times_data_parallel_on_four_ranks():
-    """sp=2 x dp=2 (issue 7's 4-GPU layout, on gloo): Ulysses inside each replica's sequence group."""
+    """sp=2 x dp=2 (a 4-GPU layout of Chapter 2, on gloo): Ulysses inside each replica's sequence group."""
     result = launch("ch01_sp", 4, ["--dp", "2", "--batch", "4"], timeout_s=240, show="none")
     runs = sorted(result.results, key=lambda r: r["rank"])
     assert [r["sp_group"] for r in runs] == [[0, 1], [0, 1], [2, 3], [2, 3]]

@@ -1,7 +1,7 @@
 """The numbers Chapter 1's page quotes are recomputed here from the formulas they come from.
 
 Running example of the page: b=8, s=2048, h=4096, a=32, T=S=4, 16-bit activations, Ψ = 7e9.
-Formulas: ring all-reduce 2(N-1)/N·S, Ulysses 4(S-1)/S·bsh/S per layer (formulas.md),
+Formulas: ring all-reduce 2(N-1)/N·S, Ulysses 4(S-1)/S·bsh/S per layer (Chapter 1),
 activations per layer from Korthikanti et al. 2022, Table 2; GPipe bubble (p-1)/(m+p-1).
 """
 

@@ -217,7 +217,7 @@ def test_prune_keeps_the_newest_and_the_one_just_written(tmp_path):
 
 
 def test_kill_and_resume_at_eight_ranks(tmp_path):
-    """Issue 7's 8-rank kill-and-resume, on gloo: rank 6 of 8 dies at step 5; the job ends, and the
+    """Chapter 2's 8-rank kill-and-resume, on gloo: rank 6 of 8 dies at step 5; the job ends, and the
     resume from step 3 ends where the uninterrupted 8-rank run ends, to float32 rounding. Unlike the
     2-rank test it is not asserted bit for bit: two uninterrupted 8-rank runs were identical, but a
     resumed one came out one float32 step apart in a logged loss (4.8e-7) and in a weight (7.5e-9);

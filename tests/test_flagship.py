@@ -78,7 +78,7 @@ def test_summary_flags_failures_nan_and_a_loss_off_the_reference():
     good = summarize("x", {"ok": True, "results": [rank, other], "seconds": 50})
     assert good["ok"] and good["loss_ok"] and good["max_ref_gap"] == pytest.approx(0.005, abs=1e-4)
     assert good["tokens_per_s_per_gpu"] == 80_000 and good["loss_last"] == pytest.approx(10.55)
-    # issue 6's formula: N = every parameter, (6N + 12·L·h·s) per token
+    # PaLM's formula (Chowdhery et al. 2022, appendix B): N = every parameter, (6N + 12·L·h·s) per token
     assert good["mfu_all_params"] == pytest.approx(160_000 * (6 * 940_640_256 + 12 * 16 * 2048 * 2048) / (2 * 989.5e12),
                                                    abs=1e-4)
     nan = summarize("x", {"ok": True, "results": [{**rank, "losses": [10.77, math.nan, math.nan, math.nan]}, other]})

@@ -1,4 +1,4 @@
-"""Issue 7's 4- and 8-GPU recorder (helpers.multigpu), on CPU: the run lists parse with each demo's own
+"""The 4- and 8-GPU recorder (helpers.multigpu), on CPU: the run lists parse with each demo's own
 parser and lay out on their worlds, a small machine records every run as not run and writes nothing,
 missing_runs reads the records, and the summary's verdicts come out right on synthetic results."""
 
@@ -203,7 +203,7 @@ def test_missing_runs_with_and_without_a_record(tmp_path, monkeypatch):
     assert rows[mg.run_named("dp2_pp2_tp2").title]["verdict"] == "not run yet: needs 8 GPUs"
     write_record(tmp_path, "8xNVIDIA-H200", [{"name": k, "ok": True, "results": []} for k in mg.KEYS])
     assert show.missing_runs() == []  # the 8-GPU record's runs are later: they are the ones shown
-    assert show.waiting().endswith("Every run of issue 7 is recorded.")
+    assert show.waiting().endswith("Every 4- and 8-GPU run is recorded.")
 
 
 def test_summary_verdicts_of_synthetic_multi_rank_results(tmp_path, monkeypatch):

@@ -58,7 +58,7 @@ def run_collective(name: str, size: int, n: int, device: torch.device):
     raise ValueError(name)
 
 
-# torch 2.13 deprecates the *_tensor names in favour of *_single; the brief's names still work.
+# torch 2.13 deprecates the *_tensor names in favour of *_single; the older names still work.
 warnings.filterwarnings("ignore", message=r".*is deprecated. Please use `torch.distributed.*_single", category=FutureWarning)
 COLLECTIVES = ("all_reduce", "all_gather_into_tensor", "reduce_scatter_tensor", "all_to_all_single")
 
