@@ -28,7 +28,7 @@ from dataclasses import replace
 from helpers.launch import LaunchError, launch, torchrun_command
 from helpers.memory_layouts import TrainLayout
 from helpers.recorder import heartbeat, world_mismatch
-from helpers.results import earlier as results_earlier, find, format_table, load, merge_runs, save
+from helpers.results import box_label, earlier as results_earlier, find, format_table, load, merge_runs, save
 
 NPROC = 2
 MIB = 2**20
@@ -326,13 +326,6 @@ def show_recorded(gpus: int = NPROC) -> str:
     return describe(record) + "\n\n" + format_table(rows, list(rows[0]))
 
 
-def box_label(gpus: int, record: dict | None) -> str:
-    """'1×H200' for a record made on results/1xNVIDIA-H200 (the expected box when there is no record)."""
-    hardware = record["provenance"]["hardware"] if record else f"{gpus}xNVIDIA-H200"
-    count, _, device = hardware.partition("x")
-    return f"{count}×{device.removeprefix('NVIDIA-')}"
-
-
 def world_rows(one: dict | None = None, two: dict | None = None, names: list[str] | None = None) -> list[dict]:
     """Chapter 7's memory table at world size 1 beside world size 2: per layout, each box's measured
     peak (the rank that uses most), the model's prediction for that world size and its error, and
@@ -343,7 +336,7 @@ def world_rows(one: dict | None = None, two: dict | None = None, names: list[str
 
     one = one if one is not None else find("ch07_memory", gpus=1)
     two = two if two is not None else find("ch07_memory", gpus=2)
-    sides = [(2, two, box_label(2, two)), (1, one, box_label(1, one))]
+    sides = [(2, two, box_label(two, 2)), (1, one, box_label(one, 1))]
     summaries = {world: {r["name"]: summary(r) for r in (record or {}).get("runs", [])} for world, record, _ in sides}
     rows = []
     for layout in LAYOUTS:

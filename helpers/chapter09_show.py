@@ -16,7 +16,7 @@ import matplotlib.pyplot as plt
 
 from helpers.chapter09 import ONE_GPU_COMMAND as RESNET_ONE_GPU_COMMAND
 from helpers.plots import DPI, RANK_COLOURS
-from helpers.results import describe, find
+from helpers.results import box_label, describe, find
 
 SEED_RESNET = {  # Colossal-AI's examples/images/resnet/README.md: ResNet-18, CIFAR-10, 80 epochs
     "Single-GPU baseline, fp32": 85.85, "Booster DDP, fp32": 84.91, "Booster DDP, fp16": 85.46,
@@ -84,12 +84,6 @@ def resnet_rows(runs: list[dict]) -> list[dict]:
     return rows
 
 
-def _box(record: dict | None, gpus: int) -> str:
-    hardware = record["provenance"]["hardware"] if record else f"{gpus}xNVIDIA-H200"
-    count, _, device = hardware.partition("x")
-    return f"{count}×{device.removeprefix('NVIDIA-')}"
-
-
 def resnet_world_rows(one: dict | None = None, two: dict | None = None) -> list[dict]:
     """The ResNet runs of the 2-GPU box beside the one-GPU box's (``--gpus 1``): per run, each box's
     test accuracy, images/s and peak memory. The 2-process runs are "not run: needs 2 GPUs" in the
@@ -97,7 +91,7 @@ def resnet_world_rows(one: dict | None = None, two: dict | None = None) -> list[
     command. ``one``/``two``: records (default: results/1x…/ and 2x…/ch09_resnet.json)."""
     one = one if one is not None else recorded("resnet", gpus=1)
     two = two if two is not None else recorded("resnet", gpus=2)
-    sides = [(two, _box(two, 2)), (one, _box(one, 1))]
+    sides = [(two, box_label(two, 2)), (one, box_label(one, 1))]
     names = list(dict.fromkeys(r["name"] for record, _ in sides for r in (record or {}).get("runs", [])))
     rows = []
     for name in names:

@@ -9,6 +9,7 @@ puts the one-GPU record (results/1x…/flagship.json, ``--gpus 1``) beside the 2
 from __future__ import annotations
 
 from helpers.flagship import NPROC, ONE_GPU_COMMAND, WORLD1_RUNS, compare, summarize
+from helpers.results import box_label
 
 COLUMNS = ["name", "setup", "tokens/s/GPU", "MFU %", "MFU % (all params)", "peak GiB", "loss after n steps", "max |Δ ref|",
            "loss ok"]
@@ -179,12 +180,6 @@ WORLD_COLUMNS = ["run", "box", "setup", "tokens/s/GPU", "MFU %", "peak GiB", "lo
                  "loss ok", "1 GPU / 2 GPUs (tokens/s per GPU)", "source"]
 
 
-def _box(record: dict | None, gpus: int) -> str:
-    hardware = record["provenance"]["hardware"] if record else f"{gpus}xNVIDIA-H200"
-    count, _, device = hardware.partition("x")
-    return f"{count}×{device.removeprefix('NVIDIA-')}"
-
-
 def _side(s: dict | None, box: str, source: str) -> dict:
     if s is None:
         return {"box": box, "tokens/s/GPU": "—", "source": source}
@@ -219,7 +214,7 @@ def world_rows(one: dict | None = None, two: dict | None = None, h2h: dict | Non
     one = one if one is not None else recorded("flagship", gpus=1)
     two = two if two is not None else recorded("flagship", gpus=2)
     h2h = h2h if h2h is not None else recorded("flagship_h2h", gpus=2)
-    box1, box2 = _box(one, 1), _box(two or h2h, 2)
+    box1, box2 = box_label(one, 1), box_label(two or h2h, 2)
     ones = {r["name"]: summarize(r["name"], r) for r in (one or {}).get("runs", [])}
     twos = {r["name"]: summarize(r["name"], r) for r in (two or {}).get("runs", [])}
     rows = []

@@ -133,17 +133,8 @@ def _save(log: Path, commands: list[str], copy_to: str | None = None) -> Path:
     names = {e["name"] for e in entries}
     earlier = results.earlier("test_gpu")
     kept = [e for e in (earlier or {}).get("runs", []) if e["name"] not in names]
-    path = results.save("test_gpu", kept + entries, here["command"])
-    record = json.loads(path.read_text())
-    record.update(gpu_count=gpu_count(), totals=totals(kept + entries))
-    text = json.dumps(record, indent=1) + "\n"
-    targets = [path] + ([Path(copy_to) / path.parent.name / path.name] if copy_to else [])
-    for target in targets:  # written whole, then renamed: parallel groups never see half a file
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(text)
-        tmp.replace(target)
-    return path
+    return results.save("test_gpu", kept + entries, here["command"], copy_to,
+                        extra={"gpu_count": gpu_count(), "totals": totals(kept + entries)})
 
 
 def main() -> None:

@@ -68,23 +68,25 @@ def provenance(command: str) -> dict:
     }
 
 
-def save(name: str, runs: list[dict], command: str, copy_to: str | Path | None = None) -> Path:
-    """Write ``runs`` with provenance to results/<hardware>/<name>.json and return the path.
+def save(name: str, runs: list[dict], command: str, copy_to: str | Path | None = None,
+         extra: dict | None = None) -> Path:
+    """Write ``runs`` with provenance (and ``extra`` top-level fields) to
+    results/<hardware>/<name>.json and return the path.
 
-    ``copy_to``: also copy it to ``copy_to``/<hardware>/ (a lent device's $OUT, so that what a
-    command killed at its time limit had saved still comes back)."""
+    ``copy_to``: also write it to ``copy_to``/<hardware>/ (a lent device's $OUT, so that what a
+    command killed at its time limit had saved still comes back). Each file is written whole and
+    then renamed, so a reader in another process never sees half a record."""
     path = RESULTS_DIR / hardware() / f"{name}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"provenance": provenance(command), "runs": runs}, indent=2) + "\n")
-    if copy_to:
-        import shutil
-
-        (Path(copy_to) / path.parent.name).mkdir(parents=True, exist_ok=True)
-        shutil.copy2(path, Path(copy_to) / path.parent.name / path.name)
+    text = json.dumps({"provenance": provenance(command), "runs": runs, **(extra or {})}, indent=2) + "\n"
+    for target in [path] + ([Path(copy_to) / path.parent.name / path.name] if copy_to else []):
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(text)
+        tmp.replace(target)
     return path
 
 
-def gpu_count(hardware_name: str) -> int | None:
+def gpus_in(hardware_name: str) -> int | None:
     """The number of GPUs a hardware folder's name says: '2xNVIDIA-H200' -> 2, 'cpu' -> 0, else None."""
     if hardware_name == "cpu":
         return 0
@@ -97,9 +99,9 @@ def _folders(name: str, hardware: str | None, gpus: int | None) -> list[Path]:
     if hardware is not None:
         found = [p for p in found if p.parent.name == hardware]
     if gpus is not None:
-        found = [p for p in found if gpu_count(p.parent.name) == gpus]
+        found = [p for p in found if gpus_in(p.parent.name) == gpus]
     elif hardware is None:  # one-GPU records are the one-GPU reader's copies: asked for, or the only ones
-        found = [p for p in found if gpu_count(p.parent.name) != 1] or found
+        found = [p for p in found if gpus_in(p.parent.name) != 1] or found
     return found
 
 
@@ -119,6 +121,13 @@ def load(name: str, hardware: str | None = None, gpus: int | None = None) -> dic
         )
     records = [json.loads(p.read_text()) for p in found]
     return max(records, key=lambda r: r["provenance"]["date"])
+
+
+def box_label(record: dict | None, gpus: int) -> str:
+    """'1×H200' for a record made in results/1xNVIDIA-H200 (the expected box when there is none)."""
+    hardware_name = record["provenance"]["hardware"] if record else f"{gpus}xNVIDIA-H200"
+    count, _, device = hardware_name.partition("x")
+    return f"{count}×{device.removeprefix('NVIDIA-')}"
 
 
 def find(name: str, hardware: str | None = None, gpus: int | None = None) -> dict | None:

@@ -58,7 +58,7 @@ def test_load_asks_for_a_gpu_count_or_a_hardware(tmp_path, monkeypatch):
     assert results.load("only_one")["runs"][0]["name"] == "one"  # the only record there is
     _write(tmp_path, "4xFAKE", "x", [{"name": "four"}], date="2026-12-03 09:00 UTC")
     assert results.load("x")["runs"][0]["name"] == "four"  # newest multi-GPU record, as before
-    assert [results.gpu_count(h) for h in ("1xNVIDIA-H200", "2xNVIDIA-H200", "cpu", "odd")] == [1, 2, 0, None]
+    assert [results.gpus_in(h) for h in ("1xNVIDIA-H200", "2xNVIDIA-H200", "cpu", "odd")] == [1, 2, 0, None]
 
 
 def test_the_books_readers_ask_for_two_gpus(tmp_results):
