@@ -130,11 +130,9 @@ def _save(log: Path, commands: list[str], copy_to: str | None = None) -> Path:
     here = results.provenance(" && ".join(commands))
     for e in entries:
         e["provenance"] = {k: here[k] for k in ("date", "git_commit")}
-    names = {e["name"] for e in entries}
-    earlier = results.earlier("test_gpu")
-    kept = [e for e in (earlier or {}).get("runs", []) if e["name"] not in names]
-    return results.save("test_gpu", kept + entries, here["command"], copy_to,
-                        extra={"gpu_count": gpu_count(), "totals": totals(kept + entries)})
+    runs = results.merge_runs(results.earlier("test_gpu"), entries)
+    return results.save("test_gpu", runs, here["command"], copy_to,
+                        extra={"gpu_count": gpu_count(), "totals": totals(runs)})
 
 
 def main() -> None:
