@@ -186,11 +186,13 @@ def main() -> None:
         say(f"{args.framework} {layout.name}: " + ("OUT OF MEMORY" if result["oom"] else
             f"{result['tokens_per_s']:,} tokens/s, MFU {result['mfu']:.1%}, losses {result['losses'][-2:]} "
             f"(reference {result['reference'][:2]})"))
+        check = args.fail_on_divergence is not None and not result["oom"]
+        reason = divergence(result, args.fail_on_divergence) if check else None
+        if reason:  # on stdout, before the RESULT line: a rank's last stderr line can be lost at exit
+            say(f"the loss check failed: {reason}")
         emit(**result)
-        if args.fail_on_divergence is not None and not result["oom"]:
-            reason = divergence(result, args.fail_on_divergence)
-            if reason:
-                raise SystemExit(f"the loss check failed: {reason}")
+        if reason:
+            raise SystemExit(1)
 
 
 if __name__ == "__main__":
