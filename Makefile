@@ -168,18 +168,18 @@ test: $(PYTHON_ENV) $(OFFLINE_STAMP) chromium
 
 # Colossal-AI's JIT kernels (HybridAdam's cpu_adam and fused_optim_cuda), built once per machine
 # into ~/.cache/colossalai/torch_extensions with a progress line (about a minute on an H200); a
-# build lock no live process holds is removed first (helpers/kernels.py). Without CUDA: one line.
+# build lock no live process holds is removed first (helpers/run/kernels.py). Without CUDA: one line.
 kernels: $(PYTHON_ENV)
-	@$(RUN_ENV) $(PY) -m helpers.kernels
+	@$(RUN_ENV) $(PY) -m helpers.run.kernels
 
 # On a GPU box: the GPU-marked tests, then every notebook re-executed (outputs differ from the
-# stored CPU ones, so only cells marked # NBVAL_CHECK_OUTPUT are compared). helpers.gpu_suite runs
+# stored CPU ones, so only cells marked # NBVAL_CHECK_OUTPUT are compared). helpers.run.gpu_suite runs
 # both and writes results/<hardware>/test_gpu.json (each test and notebook: outcome, seconds).
 test-gpu: $(PYTHON_ENV) kernels
 	@t0=$$(date +%s.%N)
 	rc=0
 	timeout_flag=""; if $(PY) -c 'import pytest_timeout' 2>/dev/null; then timeout_flag="$(TIMEOUT_FLAG)"; fi
-	$(RUN_ENV) $(PY) -m helpers.gpu_suite --record $$timeout_flag $(PYTEST_ARGS) || rc=$$?
+	$(RUN_ENV) $(PY) -m helpers.run.gpu_suite --record $$timeout_flag $(PYTEST_ARGS) || rc=$$?
 	echo "==> make test-gpu: wall time $$(awk -v a="$$t0" -v b="$$(date +%s.%N)" 'BEGIN{printf "%.1f", b-a}') s (exit code $$rc)"
 	exit $$rc
 

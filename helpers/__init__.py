@@ -1,10 +1,18 @@
-"""Shared code of the book: everything that runs inside a rank, and the tools notebooks call.
+"""Shared code of the book, laid out like the book. Notebooks import from the subpackages below.
 
-Modules: env (backend + device, and the launcher's one placement rule, Chapter 1 "Where the ranks
-run"), launch (torchrun runner), live (each notebook's table of where its runs happen), measured
-(CPU-dependent values shown with "≈" and asserted), kernels (Colossal-AI's JIT kernels and their
-build lock, Chapter 8), mesh (rank grid), results (GPU results with provenance), gpu_suite (the
-record of ``make test-gpu``), tinyllama (the demos' model and data), demos/ (torchrun entry points).
+- ``helpers.parallel``: the dimensions themselves (Chapters 1-2): the rank grid, layouts, data,
+  tensor, pipeline, sequence and expert parallelism, ZeRO and FSDP2.
+- ``helpers.cost``: what a layout costs (Chapters 3 and 7): communication, memory, MFU, planner.
+- ``helpers.config``: configuration files and the one plugin builder (Chapters 4 and 6).
+- ``helpers.train``: training machinery (Chapters 5 and 8): references, checkpoints, signals,
+  tuning knobs, profiling, deliberate failures and their diagnosis.
+- ``helpers.models``: the models and data the demos train (a tiny Llama, ResNet, images).
+- ``helpers.run``: where and how ranks run: the environment inside a rank, the torchrun launcher,
+  Colossal-AI's kernels, the GPU test suite (Chapter 1, "Where the ranks run").
+- ``helpers.record``: GPU measurements with provenance under ``results/<hardware>/``.
+- ``helpers.chapters``: the glue each notebook calls, named like the notebooks.
+- ``helpers.notebook``: plots, widgets, stored outputs, machine-dependent numbers.
+- ``helpers.demos``: torchrun entry points only; nothing imports a demo.
 """
 
 import logging as _logging

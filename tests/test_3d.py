@@ -4,8 +4,8 @@ model inside every rank; the tests check that it did, and that the groups are th
 
 import pytest
 
-from helpers.launch import launch
-from helpers.mesh import RankMesh
+from helpers.run.launch import launch
+from helpers.parallel.mesh import RankMesh
 
 LAYOUTS = [  # (processes, pp, tp): D = processes / (pp * tp)
     (8, 2, 2),  # the seed's three dimensions at small scale: 2 x 2 x 2
@@ -44,7 +44,7 @@ def test_tensor_times_data_parallel_with_zero1_matches_unsharded_adam():
 
 
 def test_3d_layout_refuses_a_world_that_does_not_factor():
-    from helpers.launch import LaunchError
+    from helpers.run.launch import LaunchError
 
     with pytest.raises(LaunchError, match="not divisible|cannot|divid"):
         launch("ch02_3d", 4, ["--pp", "3", "--tp", "1", "--layers", "3"], timeout_s=120, show="none")

@@ -8,11 +8,11 @@ disagree; these tests also read what the ranks emit. Ten torchrun launches, ~6-1
 import pytest
 import torch
 
-from helpers.compare import check_close, sig
-from helpers.launch import LaunchError, launch
-from helpers.pipeline import bubble_fraction, gpipe_order, split_layers
-from helpers.sequence import causal_attention
-from helpers.tp import shard
+from helpers.train.reference import check_close, sig
+from helpers.run.launch import LaunchError, launch
+from helpers.parallel.pp import bubble_fraction, gpipe_order, split_layers
+from helpers.parallel.sp import causal_attention
+from helpers.parallel.tp import shard
 
 TOL = 1e-5  # the demos' own fp32 tolerance on the CPU
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers.pipeline import bubble_fraction, split_layers
+from helpers.parallel.pp import bubble_fraction, split_layers
 
 PAGE = (Path(__file__).resolve().parent.parent / "book" / "01_dimensions.md").read_text()
 b, s, h, a, T, S = 8, 2048, 4096, 32, 4, 4

@@ -13,11 +13,11 @@ import matplotlib
 import pytest
 
 matplotlib.use("Agg")
-from helpers import plots  # noqa: E402
-from helpers.launch import launch  # noqa: E402
-from helpers.layouts import (QWEN2_7B, Layout, ModelShape, data_degree, factor_parallelism,  # noqa: E402
+from helpers.notebook import plots  # noqa: E402
+from helpers.run.launch import launch  # noqa: E402
+from helpers.parallel.layouts import (QWEN2_7B, Layout, ModelShape, data_degree, factor_parallelism,  # noqa: E402
                              feasible_layouts, violations)
-from helpers.mesh import AXES, RankMesh  # noqa: E402
+from helpers.parallel.mesh import AXES, RankMesh  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGE = (ROOT / "book" / "02_combining.md").read_text()

@@ -2,9 +2,9 @@
 
 import pytest
 
-from helpers import chapter03
-from helpers.comm import Link, collective_time
-from helpers.launch import launch
+from helpers.record import ch03 as chapter03
+from helpers.cost.comm import Link, collective_time
+from helpers.run.launch import launch
 
 
 def test_share_demo_two_ranks():
@@ -105,7 +105,7 @@ def _layout_run(name, step_s, **kw):
 
 
 def test_validation_rows_map_runs_to_planner_layouts():
-    from helpers.planner import VALIDATION_0B5, Hardware
+    from helpers.cost.planner import VALIDATION_0B5, Hardware
 
     runs = [_layout_run("dp=2", 0.10), _layout_run("tp=2", 0.12, tp=2, dp=1),
             _layout_run("pp=2, m=4", 0.15, pp=2, dp=1, microbatches=4),

@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from helpers import comm, planner
-from helpers.pipeline import bubble_fraction
+from helpers.cost import comm, planner
+from helpers.parallel.pp import bubble_fraction
 
 PAGE = (Path(__file__).resolve().parents[1] / "book" / "03_strategy.md").read_text()
 
@@ -69,7 +69,7 @@ def test_planner_facts_quoted():
 
 
 def _recorded(name):
-    from helpers.results import load
+    from helpers.record.results import load
 
     try:
         return load(name)
@@ -78,7 +78,7 @@ def _recorded(name):
 
 
 def test_collective_claims_match_the_record():
-    from helpers import chapter03
+    from helpers.record import ch03 as chapter03
 
     rows = chapter03.measured_collectives(_recorded("ch03_collectives")["runs"])
     table, link = chapter03.collective_table(rows)
@@ -107,7 +107,7 @@ def test_share_claims_match_the_record():
 
 
 def test_validation_claims_match_the_record():
-    from helpers import chapter03
+    from helpers.record import ch03 as chapter03
 
     coll = chapter03.measured_collectives(_recorded("ch03_collectives")["runs"])
     _, link = chapter03.collective_table(coll)

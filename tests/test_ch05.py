@@ -17,10 +17,10 @@ import time
 import pytest
 import torch
 
-from helpers import checkpoint as ckpt
-from helpers.chapter05 import build_plugin, compare_final_weights, hostfile_commands, losses_from_lines
-from helpers.config import load_config
-from helpers.launch import LAUNCHER, REPO_ROOT, LaunchError, LaunchTimeout, _failing_rank, launch
+from helpers.train import checkpoint as ckpt
+from helpers.chapters.ch05_launch import build_plugin, compare_final_weights, hostfile_commands, losses_from_lines
+from helpers.config.schema import load_config
+from helpers.run.launch import LAUNCHER, REPO_ROOT, LaunchError, LaunchTimeout, _failing_rank, launch
 
 CONFIG = "helpers/demos/ch05_tiny.yaml"
 ARGS = ["--config", CONFIG, "--bucket_cap_mb", "0.05"]
@@ -85,7 +85,7 @@ def test_resume_refuses_a_different_world_size(runs):
 
 KILL_MID_SAVE = textwrap.dedent("""
     import os, signal, sys
-    from helpers.checkpoint import atomic_dir, step_dir
+    from helpers.train.checkpoint import atomic_dir, step_dir
     with atomic_dir(step_dir(sys.argv[1], int(sys.argv[2]))) as tmp:
         (tmp / "model.pt").write_bytes(b"half a checkpoint")
         os.kill(os.getpid(), signal.SIGKILL)
@@ -181,7 +181,7 @@ def test_reshard_accepts_another_split_but_not_another_run(tmp_path):
 def test_resume_under_another_layout_continues_the_run(tmp_path):
     """The GPU recorder's tp=2 -> dp=2 experiment, on the CPU as dp=2 -> dp=1 (fp32, dropout off):
     the resumed run continues the saved one up to float rounding, though not bit for bit."""
-    from helpers.chapter05_gpu import reshard
+    from helpers.record.ch05 import reshard
 
     out = reshard(tmp_path, "none", ("dp2", CONFIG, 2), ("dp1", CONFIG, 1))
     source, scratch, resumed = out["runs"]
@@ -193,7 +193,7 @@ def test_resume_under_another_layout_continues_the_run(tmp_path):
 
 
 def test_gpu_comm_share_counts_only_nccl_time_no_other_kernel_hides():
-    from helpers.signals import kernel_comm_times
+    from helpers.train.signals import kernel_comm_times
 
     kernels = [(0, 10, "ampere_bf16_gemm"), (5, 20, "ncclDevKernel_AllReduce_Sum_bf16_RING_LL"),
                (18, 30, "elementwise_kernel"), (25, 40, "ncclDevKernel_AllGather_RING_LL")]
@@ -223,7 +223,7 @@ def test_kill_and_resume_at_eight_ranks(tmp_path):
     resumed one came out one float32 step apart in a logged loss (4.8e-7) and in a weight (7.5e-9);
     the cause (reduction order in gloo's 8-rank all-reduce after the restart is the suspect) is
     not pinned down."""
-    from helpers.chapter05_gpu import kill_and_resume
+    from helpers.record.ch05 import kill_and_resume
 
     kr = kill_and_resume("dp8", tmp_path, "none", config="helpers/configs/ch05_cpu_dp8.yaml", nproc=8, kill_rank=6)
     full, killed, resumed = kr["runs"]

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from helpers import frameworks as fw
-from helpers.config import load_config
-from helpers.config_plugin import check_signature
+from helpers.config.schema import frameworks as fw
+from helpers.config.schema import load_config
+from helpers.config.plugin import check_signature
 
 ROOT = Path(__file__).resolve().parent.parent
 LAYOUTS = {  # name: (config dict, processes)
@@ -98,7 +98,7 @@ def test_colossal_feature_names_exist():
     """The Colossal-AI cells name constructor arguments that exist in 0.5.0."""
     import inspect
 
-    from helpers.config_plugin import plugin_class
+    from helpers.config.plugin import plugin_class
 
     hybrid = inspect.signature(plugin_class("HybridParallelPlugin")).parameters
     for name in ("tp_size", "sp_size", "zero_stage", "cpu_offload", "pp_style", "sequence_parallelism_mode"):
@@ -125,4 +125,4 @@ def test_page_quotes_the_stored_cpu_losses():
     line = next(ln for ln in text.splitlines() if ln.startswith("fsdp2"))
     losses = line.split("[")[1].split("]")[0].split(", ")
     assert "(" + ", ".join(f"{float(x):.3f}" for x in losses) + ")" in page
-    assert "still to be recorded" not in page and "python -m helpers.chapter08 --record --parts compare" in page
+    assert "still to be recorded" not in page and "python -m helpers.record.ch08 --record --parts compare" in page

@@ -1,4 +1,4 @@
-"""Chapter 6's Gemini re-run (results/<gpus>/ch08_gemini.json, part ``gemini`` of helpers.chapter08):
+"""Chapter 6's Gemini re-run (results/<gpus>/ch08_gemini.json, part ``gemini`` of helpers.record.ch08):
 the run with the default asynchronous gradient reduce is invalid, the one with
 ``enable_async_reduce=False`` is valid; the notebook's glued table, the decision table and every number
 the page quotes are the record's, and the page no longer calls the cause untested."""
@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from helpers import chapter08_show as show
-from helpers.frameworks import _gemini_fix, decision_rows
-from helpers.recorder import loss_verdict, mean_losses
+from helpers.chapters import ch08_troubleshooting as show
+from helpers.config.frameworks import _gemini_fix, decision_rows
+from helpers.record.runner import loss_verdict, mean_losses
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGE = ROOT / "book" / "06_frameworks.md"

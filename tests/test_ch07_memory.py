@@ -5,12 +5,12 @@ import inspect
 import pytest
 import torch
 
-from helpers.chapter07 import LAYOUTS, QUICK, layout_named, summary
-from helpers.launch import launch
-from helpers.memory_layouts import CPU_SHAPE, LlamaShape, TrainLayout, plugin_spec
-from helpers.memory_llama import (count_saved_bytes, head_activation_bytes, layer_activation_bytes, predict,
+from helpers.record.ch07 import LAYOUTS, QUICK, layout_named, summary
+from helpers.run.launch import launch
+from helpers.config.layout import CPU_SHAPE, LlamaShape, TrainLayout, plugin_spec
+from helpers.cost.memory_llama import (count_saved_bytes, head_activation_bytes, layer_activation_bytes, predict,
                                   rank_params)
-from helpers.tinyllama import build_llama, llama_params
+from helpers.models.llama import build_llama, llama_params
 
 E = {torch.float32: 4, torch.bfloat16: 2}
 
@@ -107,7 +107,7 @@ def test_demo_cpu_path_on_two_gloo_ranks():
 
 
 def _recorded():
-    from helpers.results import load
+    from helpers.record.results import load
 
     try:
         return load("ch07_memory", gpus=2)
@@ -115,7 +115,7 @@ def _recorded():
         return None
 
 
-@pytest.mark.skipif(_recorded() is None, reason="no recorded GPU result yet (python -m helpers.chapter07 --record)")
+@pytest.mark.skipif(_recorded() is None, reason="no recorded GPU result yet (python -m helpers.record.ch07 --record)")
 def test_recorded_peaks_are_predicted_within_ten_percent():
     """Recompute every prediction from the recorded layout: every layout measured, |error| ≤ 10 %, at least 12."""
     rows = [summary(r) for r in _recorded()["runs"]]
@@ -126,7 +126,7 @@ def test_recorded_peaks_are_predicted_within_ten_percent():
 
 
 def test_summary_takes_the_rank_that_uses_most_and_keeps_failures():
-    from helpers.chapter07 import table_rows
+    from helpers.record.ch07 import table_rows
 
     layout = layout_named("PP=2 bf16 (1F1B, 4 micro-batches)")
     ranks = [{"rank": r, "layout": layout.__dict__ | {"shape": layout.shape.__dict__}, "tokens_per_s": 100.0,
@@ -162,7 +162,7 @@ def test_figures_and_tables_from_a_record():
     import matplotlib
 
     matplotlib.use("Agg")
-    from helpers.chapter07 import TECHNIQUES, accuracy_figure, technique_figure, technique_rows, worst_error
+    from helpers.record.ch07 import TECHNIQUES, accuracy_figure, technique_figure, technique_rows, worst_error
 
     record = _fake_record()
     assert len(accuracy_figure(record).axes[0].collections) == len(LAYOUTS) + 1  # points + the band
@@ -170,7 +170,7 @@ def test_figures_and_tables_from_a_record():
     rows = technique_rows(record)
     assert rows[0]["memory vs DDP fp32"] == "1.00" and len(rows) == len(TECHNIQUES)
     assert abs(worst_error(record)["error_pct"] - 100 * (1 / 1.05 - 1)) < 1e-6
-    from helpers.chapter07 import phase_rows
+    from helpers.record.ch07 import phase_rows
 
     rows = phase_rows(record, [x.name for x in LAYOUTS])
     assert len(rows) == len(LAYOUTS) and "forward_backward GiB" in rows[-1] and "backward GiB" in rows[0]
@@ -182,7 +182,7 @@ def test_backward_start_peak_is_activations_plus_twelve_nv(dtype, recompute):
     """Tracked on the CPU: the peak of forward + backward is the weights, the saved activations and
     12·N·v bytes of loss gradients (log-softmax output, nll gradient, log-softmax gradient), with no
     parameter gradient yet; with recomputation only each layer's input stays saved."""
-    from helpers.memory_llama import tracked_peak
+    from helpers.cost.memory_llama import tracked_peak
 
     shape = LlamaShape(layers=2, hidden=128, heads=4, kv_heads=4, vocab=4096)
     b, s, e = 3, 40, E[dtype]
@@ -207,7 +207,7 @@ def test_gemini_chunk_search_matches_colossalai():
     import torch.distributed as dist
     from colossalai.zero.gemini.chunk.search_utils import search_chunk_configuration
 
-    from helpers.memory_llama import gemini_chunks, parameter_sizes
+    from helpers.cost.memory_llama import gemini_chunks, parameter_sizes
 
     shape = LlamaShape()
     with torch.device("meta"):
@@ -231,7 +231,7 @@ def test_gemini_census_is_json_even_with_numpy_chunk_sizes():
 
     import numpy as np
 
-    from helpers.memory_census import optimizer_census
+    from helpers.cost.census import optimizer_census
 
     model = torch.nn.Linear(4, 4)
     chunk = SimpleNamespace(chunk_size=np.int64(64), utilized_size=np.int64(20), keep_gathered=np.bool_(False))
@@ -243,24 +243,24 @@ def test_gemini_census_is_json_even_with_numpy_chunk_sizes():
 
 def test_hybrid_wraps_ddp_without_a_pipeline():
     """HybridParallelPlugin wraps torch DDP when pp == 1, even over a dp group of one (tp=2 on 2 GPUs)."""
-    from helpers.memory_llama import model_states
+    from helpers.cost.memory_llama import model_states
 
     tp, pp = layout_named("TP=2 bf16"), layout_named("PP=2 bf16 (1F1B, 4 micro-batches)")
     assert model_states(tp)["buckets"] == 2 * rank_params(tp) and model_states(pp)["buckets"] == 0
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(__import__("helpers.env", fromlist=["gpu_count"]).gpu_count() < 2, reason="needs 2 GPUs")
+@pytest.mark.skipif(__import__("helpers.run.env", fromlist=["gpu_count"]).gpu_count() < 2, reason="needs 2 GPUs")
 @pytest.mark.parametrize("name", ["ZeRO-2 bf16", "TP=2 bf16"])
 def test_gpu_peak_is_predicted_within_ten_percent(name):
-    from helpers.chapter07 import run_layout
+    from helpers.record.ch07 import run_layout
 
     row = summary(run_layout(layout_named(name), timeout_s=480, show="none"))
     assert abs(row["error_pct"]) <= 10, row
 
 
 def test_a_partial_re_recording_keeps_each_runs_provenance():
-    from helpers.results import carried_over, merge_runs
+    from helpers.record.results import carried_over, merge_runs
 
     earlier = {"provenance": {"git_commit": "a" * 40, "date": "day 1"}, "runs": [{"name": "x"}, {"name": "y"}]}
     runs = merge_runs(earlier, [{"name": "y", "new": True}])

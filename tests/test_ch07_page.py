@@ -4,9 +4,9 @@ from pathlib import Path
 
 import pytest
 
-from helpers import memory
-from helpers.memory_layouts import LlamaShape
-from helpers.memory_llama import gemini_chunks, layer_activation_bytes, parameter_sizes
+from helpers.cost import memory
+from helpers.config.layout import LlamaShape
+from helpers.cost.memory_llama import gemini_chunks, layer_activation_bytes, parameter_sizes
 
 PAGE = (Path(__file__).resolve().parent.parent / "book" / "07_memory.md").read_text()
 NUMBER_WORDS = {13: "Thirteen", 16: "Sixteen"}
@@ -52,8 +52,8 @@ def test_exercise_six_ratio_and_chunk_count():
 
 
 def _measured():
-    from helpers.chapter07 import measured_rows
-    from helpers.results import load
+    from helpers.record.ch07 import measured_rows
+    from helpers.record.results import load
 
     try:
         return {r["layout"]: r for r in measured_rows(load("ch07_memory", gpus=2))}

@@ -1,4 +1,4 @@
-"""Chapter 7's from-scratch ZeRO-1 demo (helpers/demos/ch07_zero1.py) and its bookkeeping (helpers/zero.py).
+"""Chapter 7's from-scratch ZeRO-1 demo (helpers/demos/ch07_zero1.py) and its bookkeeping (helpers/parallel/zero.py).
 
 The in-process tests check the padded flat layout, the bytes sent per step and that the demo's Adam
 steps agree bitwise with ``torch.optim.Adam``. Three torchrun launches on gloo (2 and 4 ranks, and a
@@ -8,9 +8,9 @@ bad batch size), ~10-20 s each on a 2-core machine.
 import pytest
 import torch
 
-from helpers.launch import LaunchError, launch
-from helpers.memory import model_states
-from helpers.zero import adam_step_, comm_bytes_per_step, flat_layout, predicted_optimizer_bytes
+from helpers.run.launch import LaunchError, launch
+from helpers.cost.memory import model_states
+from helpers.parallel.zero import adam_step_, comm_bytes_per_step, flat_layout, predicted_optimizer_bytes
 
 TOL = 1e-5  # the demo's own fp32 tolerance on the CPU
 PSI = 8 * 32 + 32 + 32 + 1  # the demo's MLP 8 -> 32 -> 1: 321 parameters
@@ -74,7 +74,7 @@ def test_zero1_matches_adam_and_shards_optimizer_state(nproc):
     res = launch("ch07_zero1", nproc=nproc, show="none")
     assert len(res.results) == nproc
     lay = flat_layout(PSI, nproc)
-    predicted = 8 * PSI / nproc  # helpers.memory: fp32 Adam, ZeRO-1, optimizer bytes 8Ψ/N_d
+    predicted = 8 * PSI / nproc  # helpers.cost.memory: fp32 Adam, ZeRO-1, optimizer bytes 8Ψ/N_d
     for r in range(nproc):
         out = res.first(r)
         assert out["world_size"] == nproc and out["params"] == PSI and out["pad"] == lay.pad

@@ -5,8 +5,8 @@ import functools
 
 import pytest
 
-from helpers.diagnose import diagnose
-from helpers.failure_labs import EXPECTED, run_lab
+from helpers.train.diagnose import diagnose
+from helpers.train.labs import EXPECTED, run_lab
 
 
 @functools.lru_cache(maxsize=None)
@@ -64,10 +64,10 @@ def test_page_numbers():
     """The numbers Chapter 8's page quotes, recomputed from the models that produce them."""
     from pathlib import Path
 
-    from helpers.chapter08 import oom_cap_gib
-    from helpers.chapter08_show import tp_placement_rows
-    from helpers.memory_layouts import LlamaShape
-    from helpers.memory_llama import head_activation_bytes, layer_activation_bytes
+    from helpers.record.ch08 import oom_cap_gib
+    from helpers.chapters.ch08_troubleshooting import tp_placement_rows
+    from helpers.config.layout import LlamaShape
+    from helpers.cost.memory_llama import head_activation_bytes, layer_activation_bytes
 
     page = (Path(__file__).resolve().parent.parent / "book/08_troubleshooting.md").read_text()
     nvlink, ib = tp_placement_rows()

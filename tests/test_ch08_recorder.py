@@ -4,10 +4,10 @@ reference and reports a profiler split; the profiler arithmetic merges overlappi
 
 import pytest
 
-from helpers import chapter08, recorder
+from helpers.record import ch08 as chapter08, runner as recorder
 from helpers.demos.ch08_train import layout_from, parser
-from helpers.launch import launch
-from helpers.profiling import merged_length, split
+from helpers.run.launch import launch
+from helpers.train.profiling import merged_length, split
 
 
 @pytest.mark.parametrize("quick", [False, True])
@@ -74,7 +74,7 @@ def test_cpu_path_matches_reference(framework):
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(__import__("helpers.env").env.gpu_count() < 2, reason="needs at least two CUDA GPUs")
+@pytest.mark.skipif(__import__("helpers.run.env").env.gpu_count() < 2, reason="needs at least two CUDA GPUs")
 def test_quick_recording_runs_on_gpus():
     recorded = chapter08.record(list(chapter08.PARTS), quick=True, budget_s=600, save_results=False)
     runs = [r for part in recorded.values() for r in part if "name" in r]
@@ -88,7 +88,7 @@ def test_gemini_part_differs_only_in_async_reduce():
 
     from colossalai.booster.plugin import GeminiPlugin
 
-    from helpers.speed import plugin_kwargs
+    from helpers.train.speed import plugin_kwargs
 
     (_, on, _), (_, off, _) = chapter08.run_list("gemini")
     a, b = parser().parse_args(on), parser().parse_args(off)
@@ -99,7 +99,7 @@ def test_gemini_part_differs_only_in_async_reduce():
 
 
 def test_kernel_classes_sort_cuda_kernel_names():
-    from helpers.profiling import kernel_class, kernel_classes
+    from helpers.train.profiling import kernel_class, kernel_classes
 
     names = {"sm90_xmma_gemm_bf16bf16_bf16f32": "matmul", "nvjet_tst_128x256_64x4": "matmul",
              "pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits>": "attention",

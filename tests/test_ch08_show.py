@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from helpers import chapter08_show as show
-from helpers.frameworks import decision_rows
+from helpers.chapters import ch08_troubleshooting as show
+from helpers.config.frameworks import decision_rows
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = {"book/06_frameworks.md": "notebooks/06_frameworks.ipynb",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from helpers.launch import launch
+from helpers.run.launch import launch
 
 
 def test_dist_cross_entropy_bf16_near_zero_loss():

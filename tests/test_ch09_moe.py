@@ -6,8 +6,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from helpers.launch import launch
-from helpers.moe import MoELayer, balance_loss, combine, dispatch, expert_capacity, route
+from helpers.run.launch import launch
+from helpers.parallel.ep import MoELayer, balance_loss, combine, dispatch, expert_capacity, route
 
 
 def brute_force(layer: MoELayer, x: torch.Tensor, routing) -> torch.Tensor:
@@ -22,7 +22,7 @@ def brute_force(layer: MoELayer, x: torch.Tensor, routing) -> torch.Tensor:
 
 
 def test_expert_data_grid():
-    from helpers.moe import expert_data_grid
+    from helpers.parallel.ep import expert_data_grid
 
     assert expert_data_grid(4, 2) == ([[0, 1], [2, 3]], [[0, 2], [1, 3]])  # ep=2 inside dp=2 replicas
     assert expert_data_grid(2, 2) == ([[0, 1]], [[0], [1]])

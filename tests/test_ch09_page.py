@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from helpers.demos.ch09_hybrid import PEAK_FLOPS, PRESETS, flops_per_token
-from helpers.moe import expert_capacity
-from helpers.resnet import count_parameters, resnet18
-from helpers.tinyllama import llama_config, llama_params
+from helpers.parallel.ep import expert_capacity
+from helpers.models.resnet import count_parameters, resnet18
+from helpers.models.llama import llama_config, llama_params
 
 PAGE = (Path(__file__).resolve().parent.parent / "book" / "09_quick_demos.md").read_text()
 

@@ -6,10 +6,10 @@ import importlib
 
 import pytest
 
-from helpers import chapter09, recorder
+from helpers.record import ch09 as chapter09, runner as recorder
 from helpers.demos.ch09_hybrid import PEAK_FLOPS, PRESETS, flops_per_token, mfu
-from helpers.env import RESULT_PREFIX, gpu_count
-from helpers.tinyllama import llama_config, llama_params
+from helpers.run.env import RESULT_PREFIX, gpu_count
+from helpers.models.llama import llama_config, llama_params
 
 
 @pytest.mark.parametrize("quick", [False, True])

@@ -1,7 +1,7 @@
 """Chapter 9's GPU records: what the notebook shows and the page quotes is computed from the JSON.
 
 The records are ``results/2xNVIDIA-H200/ch09_<part>.json`` (committed); each test reads the raw
-JSON, recomputes a number independently of ``helpers.chapter09_show`` where it can, and checks
+JSON, recomputes a number independently of ``helpers.chapters.ch09_quick_demos`` where it can, and checks
 that the helper, the notebook's stored (glued) table and the page all carry it.
 """
 
@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from helpers import chapter09_show as show
+from helpers.chapters import ch09_quick_demos as show
 from helpers.demos.ch09_hybrid import PEAK_FLOPS, PRESETS, flops_per_token
-from helpers.results import load
-from helpers.tinyllama import llama_config
+from helpers.record.results import load
+from helpers.models.llama import llama_config
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGE = (ROOT / "book" / "09_quick_demos.md").read_text()

@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 import torch
 
-from helpers import imagedata
-from helpers.launch import LaunchError, launch
-from helpers.resnet import count_parameters, model_for, resnet18
+from helpers.models import data as imagedata
+from helpers.run.launch import LaunchError, launch
+from helpers.models.resnet import count_parameters, model_for, resnet18
 
 EPOCHS = "12"
 TARGET = 0.9

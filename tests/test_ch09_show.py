@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from helpers import chapter09_show as show
+from helpers.chapters import ch09_quick_demos as show
 
 HYBRID = {"name": "tp=2", "ok": True, "results": [
     {"rank": 0, "gpus": 2, "tokens_per_s": 123456, "mfu": 0.3012, "peak_mib": 40960.0,
@@ -29,7 +29,7 @@ def test_hybrid_rows_take_the_slowest_rank_and_the_largest_peak():
 
 def test_mfu_of_recomputes_the_books_definition():
     from helpers.demos.ch09_hybrid import PRESETS, mfu
-    from helpers.tinyllama import llama_config
+    from helpers.models.llama import llama_config
 
     result = {"preset": "half", "seq": 1024, "tokens_per_s": 100_000, "gpus": 2, "mfu": 0.0}
     assert show.mfu_of(result) == mfu(llama_config(**PRESETS["half"], max_seq=1024), 1024, 100_000, 2)
@@ -136,13 +136,13 @@ def test_legacy_launcher_rejects_ipv4_and_accepts_ipv6():
 
 
 def test_unrecorded_part_says_how_to_record():
-    assert "python -m helpers.chapter09 --record --parts nothing" in show.provenance("nothing")
+    assert "python -m helpers.record.ch09 --record --parts nothing" in show.provenance("nothing")
 
 
 def test_quick_record_stands_in_for_a_missing_part(tmp_path, monkeypatch):
     import json
 
-    from helpers import results
+    from helpers.record import results
 
     folder = tmp_path / "2xFAKE"
     folder.mkdir()

@@ -1,13 +1,13 @@
-"""helpers.comm: ring volumes, nccl-tests bus-bandwidth factors, the α-β fit, per-step volumes, the seed
+"""helpers.cost.comm: ring volumes, nccl-tests bus-bandwidth factors, the α-β fit, per-step volumes, the seed
 rule, input errors, and one 2-rank run of the Chapter 3 collectives benchmark (no timing thresholds)."""
 
 import pytest
 
-from helpers.comm import (COLLECTIVES, NOMINAL_LINKS, SEED_ADVICE, Link, alg_bandwidth, bus_bandwidth, bus_factor,
+from helpers.cost.comm import (COLLECTIVES, NOMINAL_LINKS, SEED_ADVICE, Link, alg_bandwidth, bus_bandwidth, bus_factor,
                           bytes_sent, collective_time, comm_share, fit_link, ops_bytes_sent, ops_time,
                           tp_layer_ops, ulysses_layer_ops, zero_step_volume)
-from helpers.launch import launch
-from helpers.pipeline import bubble_fraction
+from helpers.run.launch import launch
+from helpers.parallel.pp import bubble_fraction
 
 GB = 1e9
 
@@ -136,7 +136,7 @@ def test_benchmark_two_ranks():
 
 def test_ring_steps_latency_per_step():
     """Thakur et al.: ring all-reduce takes 2(n-1) steps, the others n-1; per_step charges α per step."""
-    from helpers.comm import ring_steps
+    from helpers.cost.comm import ring_steps
 
     assert [ring_steps(c, 8) for c in COLLECTIVES] == [14, 7, 7, 7]
     link = Link("x", 100e9, 2e-6)

@@ -1,4 +1,4 @@
-"""Chapter 4: training configuration files (helpers.config, helpers.config_plugin, helpers.config_legacy).
+"""Chapter 4: training configuration files (helpers.config.schema, helpers.config.plugin, helpers.config.legacy).
 
 * YAML and dict input give the same validated TrainConfig; the bundled examples load;
 * every bad config is rejected by load_config alone (no process, no torch) with one ConfigError
@@ -21,9 +21,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from helpers.config import CONFIG_DIR, ConfigError, TrainConfig, check_world, load_config
-from helpers.config_legacy import migrate_legacy, migrate_to_config, parse_legacy
-from helpers.config_plugin import (MAPPING, PLUGINS, check_signature, mapping_rows, markdown_table, plugin_class,
+from helpers.config.schema import CONFIG_DIR, ConfigError, TrainConfig, check_world, load_config
+from helpers.config.legacy import migrate_legacy, migrate_to_config, parse_legacy
+from helpers.config.plugin import (MAPPING, PLUGINS, check_signature, mapping_rows, markdown_table, plugin_class,
                                    plugin_spec, scaled_down, side_by_side)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -102,7 +102,7 @@ def test_sequence_axis_counts_in_the_world_only_for_its_own_group():
 
 
 def test_validation_needs_neither_torch_nor_colossalai():
-    code = ("import sys; from helpers.config import load_config; load_config('seed_complete.yaml', world_size=64); "
+    code = ("import sys; from helpers.config.schema import load_config; load_config('seed_complete.yaml', world_size=64); "
             "assert 'torch' not in sys.modules and 'colossalai' not in sys.modules, sorted(sys.modules)")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
 
@@ -324,7 +324,7 @@ def test_torch_ddp_plugin_is_built_for_real(tmp_path):
     import torch.distributed as dist
     from colossalai.booster import Booster
 
-    from helpers.config_plugin import build_plugin
+    from helpers.config.plugin import build_plugin
 
     dist.init_process_group("gloo", store=dist.FileStore(str(tmp_path / "store"), 1), rank=0, world_size=1)
     try:
@@ -486,7 +486,7 @@ def test_page_field_table_lists_exactly_the_schema():
 
 
 def test_page_exercise_answers():
-    from helpers.config_legacy import migrate_to_config
+    from helpers.config.legacy import migrate_to_config
 
     combos = []
     for t in range(1, 9):

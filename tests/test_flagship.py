@@ -1,15 +1,15 @@
-"""Chapter 8's flagship benchmark (helpers.flagship) and its knobs (helpers.speed), on CPU."""
+"""Chapter 8's flagship benchmark (helpers.record.flagship) and its knobs (helpers.train.speed), on CPU."""
 
 import math
 
 import pytest
 import torch
 
-from helpers import speed
+from helpers.train import speed
 from helpers.demos.ch08_train import parser
-from helpers.flagship import RUNS, run_list, summarize
-from helpers.memory_layouts import LlamaShape
-from helpers.tinyllama import build_llama, token_batch
+from helpers.record.flagship import RUNS, run_list, summarize
+from helpers.config.layout import LlamaShape
+from helpers.models.llama import build_llama, token_batch
 
 
 def test_every_run_parses_and_changes_one_knob_from_a_named_baseline():
@@ -91,8 +91,8 @@ def test_summary_flags_failures_nan_and_a_loss_off_the_reference():
 
 def test_quick_flagship_runs_fsdp2_eager_and_compiled_on_gloo():
     """The real entry point on two CPU ranks: FSDP2 eager and with Inductor-compiled layers."""
-    from helpers.env import gpu_count
-    from helpers.flagship import record
+    from helpers.run.env import gpu_count
+    from helpers.record.flagship import record
 
     if gpu_count() >= 2:
         pytest.skip("the GPU box runs the full benchmark")
@@ -107,7 +107,7 @@ def test_quick_flagship_runs_fsdp2_eager_and_compiled_on_gloo():
 
 def test_recorded_flagship_table_and_figure():
     """The book's table is recomputed from the ranks' results; every recorded run's loss is checked."""
-    from helpers.flagship_show import COLUMNS, figure, recorded, setup, table_rows
+    from helpers.chapters.ch08_flagship import COLUMNS, figure, recorded, setup, table_rows
 
     record = recorded()
     if record is None:
@@ -129,7 +129,7 @@ def test_recorded_flagship_table_and_figure():
 
 
 def test_kernel_rows_read_rank_zeros_profile():
-    from helpers.flagship_show import kernel_rows
+    from helpers.chapters.ch08_flagship import kernel_rows
 
     rank = dict(framework="fsdp2", plugin="fully_shard", optimizer="adamw", compiled=False, micro_batch=8,
                 global_batch=16, seq=2048, gpus=2, tokens_per_s=100_000, mfu=0.3, params=10, layers=1, hidden=8,
@@ -147,7 +147,7 @@ def test_plugin_kwargs_of_every_run_are_the_plugins_own():
 
     import colossalai.booster.plugin as plugins
 
-    from helpers.memory_layouts import plugin_spec
+    from helpers.config.layout import plugin_spec
     from helpers.demos.ch08_train import layout_from
 
     for name, args, _ in run_list():
@@ -254,7 +254,7 @@ def _round_row(name, tps, framework="colossal", ok=True, loss_ok=True, error="")
 
 def test_head_to_head_medians_ratio_and_skipped_rounds():
     """compare(): medians per run over the rounds that ran, the ratio to FSDP2's; a bad loss invalidates."""
-    from helpers.flagship import HEAD_TO_HEAD, ROUND, compare
+    from helpers.record.flagship import HEAD_TO_HEAD, ROUND, compare
 
     assert [n for n, _, _ in run_list(only=list(HEAD_TO_HEAD), rounds=2)] == \
         [f"{n}{ROUND}{k}" for k in (1, 2) for n in HEAD_TO_HEAD]
@@ -270,8 +270,8 @@ def test_head_to_head_medians_ratio_and_skipped_rounds():
 
 def test_recorded_head_to_head_and_tuning_steps():
     """The book's head-to-head and step tables, recomputed from the records."""
-    from helpers.flagship import HEAD_TO_HEAD, compare
-    from helpers.flagship_show import STEPS, h2h_figure, h2h_rows, recorded, step_rows
+    from helpers.record.flagship import HEAD_TO_HEAD, compare
+    from helpers.chapters.ch08_flagship import STEPS, h2h_figure, h2h_rows, recorded, step_rows
 
     runs, h2h = recorded(), recorded("flagship_h2h")
     if runs is None or h2h is None:
@@ -295,8 +295,8 @@ def test_chapter8_quotes_the_flagship_records():
     """Every number the flagship section of Chapter 8 quotes is recomputed here from the records."""
     from pathlib import Path
 
-    from helpers.flagship import compare
-    from helpers.flagship_show import kernel_rows, recorded, step_rows, table_rows
+    from helpers.record.flagship import compare
+    from helpers.chapters.ch08_flagship import kernel_rows, recorded, step_rows, table_rows
 
     runs, h2h = recorded(), recorded("flagship_h2h")
     if runs is None or h2h is None:
@@ -378,8 +378,8 @@ def test_a_run_off_its_reference_exits_non_zero_with_its_results_kept():
     """--fail_on_divergence: every rank gathers the losses and loss_verdict decides; a run that fails
     the check still printed its RESULT lines, and the launch fails with the reason. (A negative
     tolerance fails any run: the check itself is what is tested here.)"""
-    from helpers.launch import LaunchError, launch
-    from helpers.recorder import results_in
+    from helpers.run.launch import LaunchError, launch
+    from helpers.record.runner import results_in
 
     args = ["--framework", "fsdp2", "--steps", "2", "--warmup", "1", "--ref_steps", "2", "--seq", "64", "--micro_batch", "2"]
     ok = launch("ch08_train", 2, args + ["--fail_on_divergence", "0.05"], timeout_s=240, show="none")

@@ -5,8 +5,8 @@ Skipped on machines with fewer than two CUDA GPUs; CI has none, the GPU box runs
 
 import pytest
 
-from helpers.env import gpu_count
-from helpers.launch import launch
+from helpers.run.env import gpu_count
+from helpers.run.launch import launch
 
 pytestmark = [
     pytest.mark.gpu,
@@ -21,13 +21,13 @@ def test_from_scratch_demos_run_on_nccl(demo):
 
 
 # The HybridParallelPlugin layouts run in the notebook's GPU path (make test-gpu executes it), each
-# asserting its match with the single-GPU reference; recording them is `python -m helpers.chapter01 --record`.
+# asserting its match with the single-GPU reference; recording them is `python -m helpers.record.ch01 --record`.
 
 
 def test_hybrid_parallel_kill_and_resume_and_reshard_on_gpus(tmp_path):
-    """Chapter 5 on GPUs (helpers.chapter05_gpu): tp=2 killed and resumed from a sharded
+    """Chapter 5 on GPUs (helpers.record.ch05): tp=2 killed and resumed from a sharded
     checkpoint within bf16 rounding; its step-3 checkpoint continued as dp=2."""
-    from helpers.chapter05_gpu import kill_and_resume, reshard
+    from helpers.record.ch05 import kill_and_resume, reshard
 
     kr = kill_and_resume("tp2", tmp_path, "none")
     assert kr["runs"][1]["failed_rank"] == 1 and kr["on_disk_after_kill"] == ["step_00000003"]

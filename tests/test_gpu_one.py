@@ -7,8 +7,8 @@ model on a GPU that the batches never reach.
 
 import pytest
 
-from helpers.env import gpu_count
-from helpers.launch import launch
+from helpers.run.env import gpu_count
+from helpers.run.launch import launch
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(gpu_count() < 1, reason="needs a CUDA GPU")]
 

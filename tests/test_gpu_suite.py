@@ -1,10 +1,11 @@
-"""helpers.gpu_suite: the record of ``make test-gpu`` (one entry per GPU test and per notebook)."""
+"""helpers.run.gpu_suite: the record of ``make test-gpu`` (one entry per GPU test and per notebook)."""
 
 import json
 import subprocess
 import sys
 
-from helpers import gpu_suite, results
+from helpers.run import gpu_suite
+from helpers.record import results
 
 
 def test_cells_aggregate_into_one_entry_per_notebook():
@@ -31,7 +32,7 @@ def test_the_plugin_writes_a_record_test_by_test(tmp_path, monkeypatch):
         "@pytest.mark.skip(reason='needs 2 GPUs')\ndef test_skip():\n    pass\n")
     monkeypatch.setattr(results, "RESULTS_DIR", tmp_path / "results")
     log = tmp_path / "log.jsonl"
-    env_run = [sys.executable, "-m", "pytest", str(tmp_path / "test_demo.py"), "-p", "helpers.gpu_suite", "-q",
+    env_run = [sys.executable, "-m", "pytest", str(tmp_path / "test_demo.py"), "-p", "helpers.run.gpu_suite", "-q",
                "-p", "no:cacheprovider"]
     subprocess.run(env_run, check=True, capture_output=True, env={**__import__("os").environ,
                                                                   gpu_suite.LOG_ENV: str(log)})

@@ -1,4 +1,4 @@
-"""helpers.kernels and Chapter 8's stale kernel-lock lab: a lock a live process holds is kept, an
+"""helpers.run.kernels and Chapter 8's stale kernel-lock lab: a lock a live process holds is kept, an
 orphaned one is removed, the launcher's hint names the ranks and the path, ensure() on the CPU says
 so in one line, and the lab reproduces the hang and its fix. Everything works on temporary folders:
 the real ~/.cache is never touched (ensure() returns before it looks when there is no CUDA)."""
@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from helpers import kernels
-from helpers.diagnose import diagnose
+from helpers.run import kernels
+from helpers.train.diagnose import diagnose
 
 COMPILING = "[extension] Compiling the JIT fused_optim_cuda kernel during runtime now"
 FINISHED = "[extension] Time taken to compile fused_optim_cuda op: 54.1 seconds"
@@ -95,7 +95,7 @@ def test_timeout_hint_names_ranks_and_path(tmp_path):
     lines = {0: ["step 0", COMPILING], 1: [COMPILING], 2: ["step 0"], -1: ["torchrun"]}
     hint = kernels.timeout_hint(lines, root=tmp_path)
     assert hint.startswith("Ranks 0, 1 printed Colossal-AI's")
-    assert "python -m helpers.kernels --clear-stale" in hint and "make kernels" in hint
+    assert "python -m helpers.run.kernels --clear-stale" in hint and "make kernels" in hint
     assert f"rm {lock.resolve()}" in hint
     one = kernels.timeout_hint({3: [COMPILING]}, root=tmp_path / "absent")
     assert one.startswith("Rank 3 printed") and "it was building" in one and "rm " not in one
@@ -116,7 +116,7 @@ def test_unfinished_builds_reads_the_last_line_per_kernel():
 
 
 def test_timeout_hint_imports_neither_torch_nor_colossalai(tmp_path):
-    code = ("import sys; from helpers import kernels; "
+    code = ("import sys; from helpers.run import kernels; "
             f"print(kernels.timeout_hint({{0: [{COMPILING!r}]}}, root={str(tmp_path)!r})[:4]); "
             "print('torch' in sys.modules, 'colossalai' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
@@ -136,7 +136,7 @@ def test_cli_list_and_clear(tmp_path):
     (tmp_path / "f").mkdir()
     (tmp_path / "f" / "lock").touch()
     (tmp_path / "f" / "fused_optim_cuda.so").touch()
-    cli = [sys.executable, "-m", "helpers.kernels", "--root", str(tmp_path)]
+    cli = [sys.executable, "-m", "helpers.run.kernels", "--root", str(tmp_path)]
     listed = subprocess.run([*cli, "--list"], capture_output=True, text=True, check=True).stdout
     assert "stale: no live holder" in listed and "built: " in listed
     cleared = subprocess.run([*cli, "--clear-stale"], capture_output=True, text=True, check=True).stdout
@@ -155,7 +155,7 @@ def test_diagnose_kernel_lock_only_when_a_build_never_finished():
 
 def test_lab_reproduces_the_hang_and_the_fix():
     """Chapter 8's lab end to end (the failing half is test_ch08's test_lab_diagnosed)."""
-    from helpers.failure_labs import run_lab
+    from helpers.train.labs import run_lab
 
     start = time.monotonic()
     run = run_lab("stale_kernel_lock_cleared", timeout_s=150)

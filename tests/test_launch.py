@@ -1,4 +1,4 @@
-"""helpers.launch: results sorted by rank, clear failures, and no rank left behind."""
+"""helpers.run.launch: results sorted by rank, clear failures, and no rank left behind."""
 
 import time
 import uuid
@@ -6,7 +6,7 @@ import uuid
 import psutil
 import pytest
 
-from helpers.launch import LaunchError, LaunchTimeout, launch, torchrun_command
+from helpers.run.launch import LaunchError, LaunchTimeout, launch, torchrun_command
 
 
 def _leftovers(tag):
@@ -74,7 +74,7 @@ def test_command_line_is_torchrun_on_a_module():
 
 
 def test_the_root_cause_wins_over_a_partners_knock_on_error():
-    from helpers.launch import LAUNCHER, _failing_rank
+    from helpers.run.launch import LAUNCHER, _failing_rank
 
     lines = {
         0: ["Traceback (most recent call last):", "RuntimeError: [pair.cc:553] Connection closed by peer [127.0.0.1]:1"],
@@ -88,7 +88,7 @@ def test_the_root_cause_wins_over_a_partners_knock_on_error():
 
 def test_the_placement_rule_ranks_against_gpus(monkeypatch):
     """Chapter 1, "Where the ranks run": R <= G -> one GPU each with NCCL, R > G -> CPU and gloo."""
-    from helpers.env import placement, placement_env, rule
+    from helpers.run.env import placement, placement_env, rule
 
     monkeypatch.delenv("BOOK_BACKEND", raising=False)
     assert [rule(r, 1) for r in (1, 2)] == ["gpu", "cpu"]
@@ -107,7 +107,7 @@ def test_the_placement_rule_ranks_against_gpus(monkeypatch):
 
 
 def test_ranks_on_the_cpu_see_no_cuda():
-    from helpers.env import gpu_count
+    from helpers.run.env import gpu_count
 
     ranks = launch("selftest", nproc=gpu_count() + 1, show="none").results
     assert {(r["backend"], r["device"], r["cuda_visible"]) for r in ranks} == {("gloo", "cpu", False)}
@@ -119,4 +119,4 @@ def test_a_timeout_during_a_kernel_build_says_so():
         launch("selftest", nproc=2, args=["--mode", "build"], timeout_s=20, show="none")
     message = str(err.value)
     assert "Rank 0 printed Colossal-AI's \"Compiling the JIT fused_optim_cuda kernel\" line" in message
-    assert "python -m helpers.kernels --clear-stale" in message
+    assert "python -m helpers.run.kernels --clear-stale" in message

@@ -1,10 +1,10 @@
-"""helpers.layouts: G = D × T × P (× S), the seed's enumeration, and every rule it forgets."""
+"""helpers.parallel.layouts: G = D × T × P (× S), the seed's enumeration, and every rule it forgets."""
 
 import pytest
 
-from helpers.layouts import (QWEN2_7B, Layout, ModelShape, data_degree, factor_parallelism, feasible_layouts,
+from helpers.parallel.layouts import (QWEN2_7B, Layout, ModelShape, data_degree, factor_parallelism, feasible_layouts,
                              validate, violations)
-from helpers.mesh import RankMesh
+from helpers.parallel.mesh import RankMesh
 
 SEED_32 = [(32, 1, 1), (16, 1, 2), (8, 1, 4), (16, 2, 1), (8, 2, 2), (4, 2, 4),
            (8, 4, 1), (4, 4, 2), (2, 4, 4), (4, 8, 1), (2, 8, 2), (1, 8, 4)]

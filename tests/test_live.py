@@ -1,10 +1,10 @@
-"""helpers.live: each notebook's table of where its runs happen, computed from its own cells."""
+"""helpers.notebook.live: each notebook's table of where its runs happen, computed from its own cells."""
 
 import json
 
 import pytest
 
-from helpers import live
+from helpers.notebook import live
 
 
 def test_every_launch_in_every_notebook_is_read():

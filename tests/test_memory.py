@@ -1,9 +1,9 @@
-"""helpers.memory: published figures (ZeRO Fig. 1, the seed, Korthikanti Table 2) and properties."""
+"""helpers.cost.memory: published figures (ZeRO Fig. 1, the seed, Korthikanti Table 2) and properties."""
 
 import pytest
 
-from helpers.layouts import QWEN2_7B, Layout, ModelShape
-from helpers.memory import (MemoryBreakdown, estimate, layer_activations, model_states, seed_estimate_memory,
+from helpers.parallel.layouts import QWEN2_7B, Layout, ModelShape
+from helpers.cost.memory import (MemoryBreakdown, estimate, layer_activations, model_states, seed_estimate_memory,
                             seed_omissions)
 
 GB = 1e9

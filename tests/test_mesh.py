@@ -1,11 +1,11 @@
-"""helpers.mesh: the rank grid in Colossal-AI's axis order."""
+"""helpers.parallel.mesh: the rank grid in Colossal-AI's axis order."""
 
 import itertools
 
 import pytest
 from colossalai.cluster import ProcessGroupMesh
 
-from helpers.mesh import AXES, RankMesh
+from helpers.parallel.mesh import AXES, RankMesh
 
 
 def test_groups_of_dp2_pp2_tp2_match_the_known_layout():

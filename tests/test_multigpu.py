@@ -1,4 +1,4 @@
-"""The 4- and 8-GPU recorder (helpers.multigpu), on CPU: the run lists parse with each demo's own
+"""The 4- and 8-GPU recorder (helpers.record.ch02), on CPU: the run lists parse with each demo's own
 parser and lay out on their worlds, a small machine records every run as not run and writes nothing,
 missing_runs reads the records, and the summary's verdicts come out right on synthetic results."""
 
@@ -8,11 +8,11 @@ from inspect import signature
 
 import pytest
 
-from helpers import multigpu as mg
-from helpers import multigpu_show as show
-from helpers import results
+from helpers.record import ch02 as mg
+from helpers.chapters import ch02_combining as show
+from helpers.record import results
 from helpers.demos import ch05_train, ch09_hybrid, ch09_mixtral
-from helpers.layouts import Layout, ModelShape, violations
+from helpers.parallel.layouts import Layout, ModelShape, violations
 
 
 def parsed(run, quick=False):
@@ -87,8 +87,8 @@ def test_every_layout_divides_its_world_and_its_batch(quick):
             assert run.gpus % ns.ep == 0 and ns.experts % ns.ep == 0 and ns.batch % run.gpus == 0
             assert planned == {"dp": run.gpus, "ep": ns.ep, "moe_dp": run.gpus // ns.ep}
         else:
-            from helpers.config import load_config
-            from helpers.config_plugin import check_signature, plugin_spec
+            from helpers.config.schema import load_config
+            from helpers.config.plugin import check_signature, plugin_spec
 
             cfg = load_config(ns.config).resolve(run.gpus)  # validates batch, micro-batches, heads, layers
             check_signature(plugin_spec(cfg))
@@ -162,7 +162,7 @@ def test_a_launched_run_is_saved_with_provenance_and_kept_when_a_later_recording
     assert launched == [("tp2_pp2", mg.FIRST_TIMEOUT_S), ("tp2_dp2_zero1", 300.0)]  # only the first compiles
     path = tmp_path / results.hardware() / "multigpu.json"
     saved = json.loads(path.read_text())
-    assert saved["provenance"]["command"] == "python -m helpers.multigpu --record --only tp2_pp2 tp2_dp2_zero1"
+    assert saved["provenance"]["command"] == "python -m helpers.record.ch02 --record --only tp2_pp2 tp2_dp2_zero1"
     assert [r["name"] for r in saved["runs"]] == ["tp2_pp2", "tp2_dp2_zero1"]
     assert json.loads((tmp_path / "out" / results.hardware() / "multigpu.json").read_text()) == saved  # $OUT
     mg.record(["tp2_pp2", "sp2_dp2"], save_results=True, gpus_here=2)  # nothing launched: nothing saved
@@ -174,7 +174,7 @@ def test_a_launched_run_is_saved_with_provenance_and_kept_when_a_later_recording
 def write_record(root, hardware, runs, date="2027-01-01 10:00 UTC"):
     folder = root / hardware
     folder.mkdir(parents=True, exist_ok=True)
-    prov = {"hardware": hardware, "date": date, "command": "python -m helpers.multigpu --record",
+    prov = {"hardware": hardware, "date": date, "command": "python -m helpers.record.ch02 --record",
             "git_commit": "abc", "versions": {"torch": "2.11", "cuda": "12", "colossalai": "0.5.0",
                                               "transformers": "4.51.3"}}
     (folder / "multigpu.json").write_text(json.dumps({"provenance": prov, "runs": runs}))
@@ -183,7 +183,7 @@ def write_record(root, hardware, runs, date="2027-01-01 10:00 UTC"):
 def test_missing_runs_with_and_without_a_record(tmp_path, monkeypatch):
     monkeypatch.setattr(results, "RESULTS_DIR", tmp_path)
     assert show.missing_runs() == list(mg.KEYS)
-    assert "python -m helpers.multigpu --record --only tp2_pp2 tp2_dp2_zero1 sp2_dp2 ep2_dp2" in show.waiting()
+    assert "python -m helpers.record.ch02 --record --only tp2_pp2 tp2_dp2_zero1 sp2_dp2 ep2_dp2" in show.waiting()
     four = [r.key for r in mg.RUNS if r.gpus == 4]
     eight = [r.key for r in mg.RUNS if r.gpus == 8]
     runs = [{"name": k, "ok": True, "results": fake_hybrid({"dp": 2, "tp": 2, "pp": 1, "sp": 1}, [10.0], [10.0])}
@@ -197,7 +197,7 @@ def test_missing_runs_with_and_without_a_record(tmp_path, monkeypatch):
     assert show.missing_runs(include_failed=True) == [k for k in mg.KEYS if k in {"ep2_dp2", *eight}]  # it failed
     text = show.waiting()
     assert "Launched but not ok (see the verdicts): ep2_dp2" in text
-    assert "4 GPUs" not in text and f"python -m helpers.multigpu --record --only {' '.join(eight)}" in text
+    assert "4 GPUs" not in text and f"python -m helpers.record.ch02 --record --only {' '.join(eight)}" in text
     rows = {r["run"]: r for r in show.summary_rows()}
     assert rows[mg.run_named("ep2_dp2").title]["verdict"] == "NOT OK: failed: boom"
     assert rows[mg.run_named("dp2_pp2_tp2").title]["verdict"] == "not run yet: needs 8 GPUs"
@@ -279,7 +279,7 @@ def test_the_recorder_keeps_nvlink_multicast_off_for_every_rank(tmp_path, monkey
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(__import__("helpers.env", fromlist=["gpu_count"]).gpu_count() < 4, reason="needs 4 GPUs")
+@pytest.mark.skipif(__import__("helpers.run.env", fromlist=["gpu_count"]).gpu_count() < 4, reason="needs 4 GPUs")
 def test_quick_four_gpu_layouts_train_like_their_reference():
     """The --quick path of the 4-GPU runs (tiny Llama, small Mixtral), not saved: each launches and
     its loss stays with its single-GPU reference."""

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import chapter07, chapter09, flagship, recorder, results
+from helpers.record import ch07 as chapter07, ch09 as chapter09, flagship, runner as recorder, results
 
 REAL = Path(__file__).resolve().parent.parent / "results" / "2xNVIDIA-H200"
 PROV = {"hardware": "?", "date": "2026-12-01 10:00 UTC", "command": "c", "git_commit": "abcdef1234",
@@ -62,7 +62,7 @@ def test_load_asks_for_a_gpu_count_or_a_hardware(tmp_path, monkeypatch):
 
 
 def test_the_books_readers_ask_for_two_gpus(tmp_results):
-    from helpers import chapter08_show, chapter09_show, flagship_show
+    from helpers.chapters import ch08_troubleshooting as chapter08_show, ch09_quick_demos as chapter09_show, ch08_flagship as flagship_show
 
     _write(tmp_results, "1xNVIDIA-H200", "ch07_memory", [], date="2030-01-01 00:00 UTC")
     _write(tmp_results, "1xNVIDIA-H200", "ch09_resnet", [], date="2030-01-01 00:00 UTC")
@@ -95,7 +95,7 @@ def test_runs_that_need_more_gpus_are_recorded_as_not_run(monkeypatch):
     assert [r["name"] for r in out] == ["one", "two"] and [n for n, _ in launched] == ["one"]
     assert launched[0][1] <= 60  # the budget caps the run's timeout
     assert out[1]["not_run"] == out[1]["error"] == "needs 2 GPUs" and out[1]["ok"] is False and out[1]["args"] == ["-b"]
-    from helpers.chapter09_show import run_status
+    from helpers.chapters.ch09_quick_demos import run_status
 
     assert run_status(out[1]) == "not run: needs 2 GPUs"
     skipped = recorder.run_part("t", "p", runs[:1], time.monotonic() + 5)
@@ -103,17 +103,17 @@ def test_runs_that_need_more_gpus_are_recorded_as_not_run(monkeypatch):
 
 
 def test_world_mismatch_keeps_a_one_gpu_record_out_of_the_two_gpu_folder(monkeypatch):
-    import helpers.env
+    import helpers.run.env
 
     assert recorder.world_mismatch(None, True) is None
     assert "at least 1" in recorder.world_mismatch(0, False)
-    monkeypatch.setattr(helpers.env, "gpu_count", lambda: 2)
+    monkeypatch.setattr(helpers.run.env, "gpu_count", lambda: 2)
     assert "CUDA_VISIBLE_DEVICES=0" in recorder.world_mismatch(1, True)
     assert recorder.world_mismatch(1, False) is None and recorder.world_mismatch(2, True) is None
     assert "only 2" in recorder.world_mismatch(4, False)
-    monkeypatch.setattr(helpers.env, "gpu_count", lambda: 1)
+    monkeypatch.setattr(helpers.run.env, "gpu_count", lambda: 1)
     assert recorder.world_mismatch(1, True) is None
-    monkeypatch.setattr(helpers.env, "gpu_count", lambda: 0)  # CPU: the gloo paths
+    monkeypatch.setattr(helpers.run.env, "gpu_count", lambda: 0)  # CPU: the gloo paths
     assert recorder.world_mismatch(1, True) is None
 
 
@@ -134,7 +134,7 @@ def test_device_command_parses_with_each_recorder_in_budget(monkeypatch):
     command = recorder.one_gpu_device_command("c0ffee")
     assert command.startswith("source .gpu-kit/activate.sh && export BOOK_GIT_COMMIT=c0ffee && END=$(( $(date +%s) + ")
     steps = _split(command)
-    assert [m for m, _ in steps] == ["helpers.chapter09", "helpers.flagship", "helpers.chapter07"]
+    assert [m for m, _ in steps] == ["helpers.record.ch09", "helpers.record.flagship", "helpers.record.ch07"]
     for module, argv in steps:
         assert argv[0] == "--record" and argv[argv.index("--gpus") + 1] == "1" and "--budget_s" in argv
         assert argv[-2:] == ["--copy_to", "$OUT"]
@@ -181,7 +181,7 @@ def test_resnet_one_gpu_list_parses_and_runs_only_the_one_gpu_run(tmp_path, monk
 
 
 def test_resnet_side_by_side(tmp_results):
-    from helpers import chapter09_show as show
+    from helpers.chapters import ch09_quick_demos as show
 
     rows = show.resnet_world_rows()
     assert len(rows) == 5 and all(r["1×H200 test accuracy"] == "not recorded yet on 1×H200" for r in rows)
@@ -204,8 +204,8 @@ def test_resnet_side_by_side(tmp_results):
 
 def test_world_one_layouts_parse_and_make_sense():
     from helpers.demos.ch07_memory import parser
-    from helpers.memory_layouts import TrainLayout
-    from helpers.memory_llama import predict
+    from helpers.config.layout import TrainLayout
+    from helpers.cost.memory_llama import predict
 
     names, skipped = chapter07.layouts_for(1)
     assert set(skipped) == {"TP=2 bf16", "TP=2 bf16 + recompute", "PP=2 bf16 (1F1B, 4 micro-batches)", "ZeRO-1 bf16"}
@@ -231,7 +231,7 @@ def test_world_one_layouts_parse_and_make_sense():
 
 
 def _ch07_run(name: str, world: int, scale: float = 1.0) -> dict:
-    from helpers.memory_llama import predict
+    from helpers.cost.memory_llama import predict
 
     layout = chapter07.layout_named(name, world)
     ranks = [{"rank": r, "layout": layout.__dict__ | {"shape": layout.shape.__dict__}, "tokens_per_s": 40000.0,
@@ -274,7 +274,7 @@ def test_ch07_side_by_side_predicts_world_one(tmp_results):
     assert [r["layout"] for r in chapter07.technique_rows(one)] == ["DDP fp32", "ZeRO-2 bf16"]
     assert chapter07.recorded_layouts(one)["ZeRO-2 bf16"].world == 1
     chapter07.technique_figure(one)  # the breakdown predicted at world 1
-    from helpers.memory_llama import predict
+    from helpers.cost.memory_llama import predict
 
     failed = chapter07.summary({"name": "DDP fp32", "world": 1, "error": "boom"})
     assert failed["predicted"] == predict(chapter07.layout_named("DDP fp32", 1))["peak"]
@@ -285,7 +285,7 @@ def test_ch07_side_by_side_predicts_world_one(tmp_results):
 
 def test_flagship_one_gpu_list_parses_within_its_budget():
     from helpers.demos.ch08_train import parser
-    from helpers.flagship_show import STEPS
+    from helpers.chapters.ch08_flagship import STEPS
 
     runs = flagship.run_list(gpus=1)
     assert [n for n, _, _ in runs] == [n for n, _, _ in flagship.WORLD1_RUNS]
@@ -314,7 +314,7 @@ def test_flagship_one_gpu_list_parses_within_its_budget():
 
 
 def test_flagship_side_by_side(tmp_results):
-    from helpers import flagship_show as show
+    from helpers.chapters import ch08_flagship as show
 
     rows = show.world_rows()
     assert len(rows) == 2 * len(flagship.WORLD1_RUNS) and set().union(*rows) <= set(show.WORLD_COLUMNS)

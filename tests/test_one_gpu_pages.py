@@ -4,9 +4,9 @@ from pathlib import Path
 
 import pytest
 
-from helpers import chapter07
-from helpers import chapter09_show as show
-from helpers.results import find
+from helpers.record import ch07 as chapter07
+from helpers.chapters import ch09_quick_demos as show
+from helpers.record.results import find
 
 BOOK = Path(__file__).resolve().parent.parent / "book"
 ONE_7, TWO_7 = find("ch07_memory", gpus=1), find("ch07_memory", gpus=2)

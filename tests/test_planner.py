@@ -1,13 +1,13 @@
-"""helpers.planner: the seed's recommend reproduced, the planner's enumeration, memory filter and time model."""
+"""helpers.cost.planner: the seed's recommend reproduced, the planner's enumeration, memory filter and time model."""
 
 from dataclasses import replace
 
 import pytest
 
-from helpers import planner
-from helpers.layouts import Layout
-from helpers.pipeline import bubble_fraction
-from helpers.planner import LLAMA2_70B, SEED_7B5, VALIDATION_0B5, Hardware, plan, plan_layout
+from helpers.cost import planner
+from helpers.parallel.layouts import Layout
+from helpers.parallel.pp import bubble_fraction
+from helpers.cost.planner import LLAMA2_70B, SEED_7B5, VALIDATION_0B5, Hardware, plan, plan_layout
 
 
 def test_seed_report_reproduces_the_seed_output():
@@ -82,7 +82,7 @@ def test_memory_filter_drops_layouts():
 
 
 def test_calculator_widget():
-    from helpers.widgets import planner_calculator, planner_summary
+    from helpers.notebook.widgets import planner_calculator, planner_summary
 
     text = planner_summary()
     assert "930 layouts" in text and "D=16 × T=2 × P=1" in text.splitlines()[3]

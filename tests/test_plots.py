@@ -1,4 +1,4 @@
-"""helpers.plots: the figures are drawn from computed data, and show() works without myst-nb."""
+"""helpers.notebook.plots: the figures are drawn from computed data, and show() works without myst-nb."""
 
 import builtins
 
@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 matplotlib.use("Agg")
-from helpers import plots  # noqa: E402
-from helpers.pipeline import bubble_fraction  # noqa: E402
+from helpers.notebook import plots  # noqa: E402
+from helpers.parallel.pp import bubble_fraction  # noqa: E402
 
 
 def test_mean_of_shard_gradients_is_the_full_batch_gradient():

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import pitfalls, quiz
+from helpers.chapters import ch10_pitfalls as pitfalls, ch11_interview as quiz
 
 ROOT = Path(__file__).resolve().parents[1]
 BANK = quiz.bank()

@@ -1,6 +1,6 @@
 # A legacy Colossal-AI config.py with 1D (Megatron) tensor and pipeline parallelism, in the
 # style of the old hybrid-parallel examples. BATCH_SIZE is per data-parallel rank, as it was
-# in those examples. Parsed with ast by helpers.config_legacy, never executed.
+# in those examples. Parsed with ast by helpers.config.legacy, never executed.
 from colossalai.legacy.amp import AMP_TYPE
 
 BATCH_SIZE = 8

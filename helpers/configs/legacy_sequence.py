@@ -1,6 +1,6 @@
 # A legacy Colossal-AI config.py (colossalai.legacy, before the Booster API), as quoted by the
 # source guide from examples/tutorial/sequence_parallel/config.py. Chapter 4 migrates it with
-# helpers.config_legacy.migrate_legacy; it is parsed with ast, never imported or executed.
+# helpers.config.legacy.migrate_legacy; it is parsed with ast, never imported or executed.
 from colossalai.legacy.amp import AMP_TYPE
 
 TRAIN_ITERS = 10

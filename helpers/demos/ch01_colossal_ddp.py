@@ -13,8 +13,8 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import TensorDataset
 
-from helpers.env import distributed, emit, say
-from helpers.tinyllama import build_llama, llama_config, token_batch
+from helpers.run.env import distributed, emit, say
+from helpers.models.llama import build_llama, llama_config, token_batch
 
 
 def train_reference(model, batches, lr):

@@ -19,8 +19,8 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
-from helpers.compare import check_close, global_max, randn, sig, strict_fp32
-from helpers.env import distributed, emit, say
+from helpers.train.reference import check_close, global_max, randn, sig, strict_fp32
+from helpers.run.env import distributed, emit, say
 
 
 def make_model(hidden: int, seed: int, device: torch.device) -> nn.Module:

@@ -17,8 +17,8 @@ import torch
 import torch.distributed as dist
 
 from helpers.demos.ch01_colossal_ddp import train_reference
-from helpers.env import distributed, emit, say, sync
-from helpers.tinyllama import build_llama, llama_config, shard_batch, token_batch
+from helpers.run.env import distributed, emit, say, sync
+from helpers.models.llama import build_llama, llama_config, shard_batch, token_batch
 
 BF16_WINDOW = 8
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}

@@ -2,7 +2,7 @@
 
 Chapter 1, "the four ways to split the work", way 3. A stack of L blocks (Linear + tanh) is cut
 into p = world-size consecutive stages of ``layers_per_stage = L / p`` blocks
-(:func:`helpers.pipeline.split_layers`). The batch is cut into m micro-batches. Following GPipe
+(:func:`helpers.parallel.pp.split_layers`). The batch is cut into m micro-batches. Following GPipe
 (Huang et al. 2019, Sec. 2.2, Fig. 2c) every stage runs the forwards F0..F(m-1), receiving each
 input activation from the previous stage and sending its output to the next, then the backwards
 B(m-1)..B0, receiving the output's gradient from the next stage and sending the input's gradient
@@ -25,9 +25,9 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 
-from helpers.compare import check_close, global_max, randn, sig, strict_fp32
-from helpers.env import distributed, emit, say
-from helpers.pipeline import bubble_fraction, gpipe_order, split_layers
+from helpers.train.reference import check_close, global_max, randn, sig, strict_fp32
+from helpers.run.env import distributed, emit, say
+from helpers.parallel.pp import bubble_fraction, gpipe_order, split_layers
 
 
 def make_layers(num_layers: int, hidden: int, seed: int, device: torch.device) -> nn.ModuleList:

@@ -6,7 +6,7 @@ Sec. 3.1, Fig. 2) each rank projects q, k, v for its own tokens and all a heads,
 all-to-all turns (b, s/P, a, d) into (b, s, a/P, d): the whole sequence for a/P of the heads.
 Causal softmax attention runs per head as usual, an all-to-all turns the result back into
 (b, s/P, a, d), and the output projection acts on the rank's own tokens. The all-to-all is
-differentiable (:class:`helpers.sequence.AllToAll`): its backward is the inverse all-to-all.
+differentiable (:class:`helpers.parallel.sp.AllToAll`): its backward is the inverse all-to-all.
 The weights are replicated, so their gradients are summed over the ranks, as in data parallelism.
 
 gloo on torch 2.13 implements ``dist.all_to_all_single`` (and ``dist.all_to_all``): checked with
@@ -15,7 +15,7 @@ gloo on torch 2.13 implements ``dist.all_to_all_single`` (and ``dist.all_to_all`
 Every rank checks its slice of the output and of dL/dx, and the summed weight gradients, against
 full single-process attention (``F.scaled_dot_product_attention``) run inside the rank.
 
-With ``--dp D`` the world is a D × P grid (:class:`helpers.mesh.RankMesh`, sp fastest): each data
+With ``--dp D`` the world is a D × P grid (:class:`helpers.parallel.mesh.RankMesh`, sp fastest): each data
 replica takes b/D of the batch rows and runs Ulysses over its own sequence group, and the weight
 gradients are summed over all D·P ranks (the loss is normalised globally, so the sum is the mean).
 
@@ -28,10 +28,10 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from helpers.compare import check_close, global_max, randn, sig, strict_fp32
-from helpers.env import distributed, emit, say
-from helpers.mesh import RankMesh
-from helpers.sequence import causal_attention, heads_to_seq, seq_to_heads
+from helpers.train.reference import check_close, global_max, randn, sig, strict_fp32
+from helpers.run.env import distributed, emit, say
+from helpers.parallel.mesh import RankMesh
+from helpers.parallel.sp import causal_attention, heads_to_seq, seq_to_heads
 
 
 def main() -> None:

@@ -9,7 +9,7 @@ Fig. 3a):
 * W2 (h, 4h) is row-parallel: rank r holds the matching 4h/P input columns and produces a partial
   sum of Y; b2 is added once, after the sum;
 * f (identity forward, all-reduce backward) enters the block, g (all-reduce forward, identity
-  backward) leaves it: see :mod:`helpers.tp`.
+  backward) leaves it: see :mod:`helpers.parallel.tp`.
 
 Every rank checks the output, the input gradient and its own weight shards' gradients against the
 matching slices of the unsplit MLP, run on the whole input inside the rank.
@@ -22,9 +22,9 @@ import argparse
 import torch
 import torch.nn.functional as F
 
-from helpers.compare import check_close, global_max, randn, sig, strict_fp32
-from helpers.env import distributed, emit, say
-from helpers.tp import f, g, shard
+from helpers.train.reference import check_close, global_max, randn, sig, strict_fp32
+from helpers.run.env import distributed, emit, say
+from helpers.parallel.tp import f, g, shard
 
 
 def mlp(x, w1, b1, w2, b2):

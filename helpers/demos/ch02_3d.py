@@ -1,12 +1,12 @@
 """Three-dimensional parallelism from scratch: data × pipeline × tensor on one rank grid.
 
 Chapter 2 (combining dimensions), the seed's D × P × T example at small scale. The world of
-G = D·P·T processes is the :class:`helpers.mesh.RankMesh` grid (Colossal-AI's axis order, tensor
+G = D·P·T processes is the :class:`helpers.parallel.mesh.RankMesh` grid (Colossal-AI's axis order, tensor
 fastest); each rank holds one piece of the model and one slice of the data:
 
 * **tensor** (T): every block is a Megatron MLP ``x + g(GeLU(f(x) A_t) B_t) + b`` with ``A`` split by
-  columns and ``B`` by rows over the tensor group (:mod:`helpers.tp`'s f and g);
-* **pipeline** (P): the L blocks are cut into P stages (:func:`helpers.pipeline.split_layers`); the
+  columns and ``B`` by rows over the tensor group (:mod:`helpers.parallel.tp`'s f and g);
+* **pipeline** (P): the L blocks are cut into P stages (:func:`helpers.parallel.pp.split_layers`); the
   stages pass activations forward and gradients backward with send/recv to the rank with the same
   (dp, tp) coordinates in the next or previous stage, in GPipe's order over m micro-batches;
 * **data** (D): replica d trains on rows ``d·m·b .. (d+1)·m·b`` of the global batch; after the
@@ -14,7 +14,7 @@ fastest); each rank holds one piece of the model and one slice of the data:
 
 Each step every rank compares the loss and its own gradient shards with the unsplit model trained
 on the whole batch inside the rank; then both take the same optimizer step (SGD, Adam, or Adam with
-ZeRO-1 over the data group: :class:`helpers.zero.Zero1Adam`), on a fresh batch each step.
+ZeRO-1 over the data group: :class:`helpers.parallel.zero.Zero1Adam`), on a fresh batch each step.
 
     python -m torch.distributed.run --nproc_per_node 8 -m helpers.demos.ch02_3d --pp 2 --tp 2
 """
@@ -25,12 +25,12 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from helpers.compare import check_close, global_max, randn, sig, strict_fp32
-from helpers.env import distributed, emit, say
-from helpers.mesh import RankMesh, process_groups
-from helpers.pipeline import split_layers
-from helpers.tp import mlp_block, mlp_blocks, shard_mlp_blocks
-from helpers.zero import Zero1Adam, adam_step_
+from helpers.train.reference import check_close, global_max, randn, sig, strict_fp32
+from helpers.run.env import distributed, emit, say
+from helpers.parallel.mesh import RankMesh, process_groups
+from helpers.parallel.pp import split_layers
+from helpers.parallel.tp import mlp_block, mlp_blocks, shard_mlp_blocks
+from helpers.parallel.zero import Zero1Adam, adam_step_
 
 
 def compare_shards(params, full, layers, tp_rank: int, tp: int, what: str, when: str) -> float:

@@ -2,14 +2,14 @@
 
     python -m torch.distributed.run --nproc_per_node 8 -m helpers.demos.ch02_mesh --tp 2 --pp 2
 
-Every rank derives D with :func:`helpers.layouts.data_degree`, builds
+Every rank derives D with :func:`helpers.parallel.layouts.data_degree`, builds
 ``ProcessGroupMesh(dp, pp, tp, sp)`` as ``HybridParallelPlugin.__init__`` does (``(dp, pp, sp, tp)``
 for ring_attn), asks it for this rank's group along each axis, and proves that the group is real:
 an all-reduce of the members' ranks over it must give the sum of its members. For all_to_all and
 ring_attn it also builds the plugin's mixed data group (dp × sp, where ZeRO and the gradient
 all-reduce run). With ``--plugin`` it constructs ``HybridParallelPlugin`` itself as well and reports
 the groups the plugin holds (construction runs on CPU/gloo; training with it needs CUDA). Results:
-one ``RESULT`` per rank, compared with :class:`helpers.mesh.RankMesh` by the notebook and tests.
+one ``RESULT`` per rank, compared with :class:`helpers.parallel.mesh.RankMesh` by the notebook and tests.
 """
 
 import argparse
@@ -17,8 +17,8 @@ import argparse
 import torch
 import torch.distributed as dist
 
-from helpers.env import distributed, emit, say
-from helpers.layouts import OWN_AXIS_SP_MODES, Layout
+from helpers.run.env import distributed, emit, say
+from helpers.parallel.layouts import OWN_AXIS_SP_MODES, Layout
 
 
 def axis_order(sp_mode: str | None) -> tuple[str, ...]:

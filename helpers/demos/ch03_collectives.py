@@ -8,8 +8,8 @@ MAX), and the median over calls is reported. ``--timing loop`` times as nccl-tes
 ``--iters`` calls back to back between two syncs, divided by ``--iters``, repeated ``--rounds`` times
 (the median round is reported); it removes the per-call barrier and host round trip that dominate
 small messages on a GPU with algbw = S/t and busbw = algbw × the factor of
-:func:`helpers.comm.bus_factor`. Rank 0 prints a table, a latency/bandwidth fit per collective
-(:func:`helpers.comm.fit_link`) and emits one RESULT per collective and size. Timings vary from
+:func:`helpers.cost.comm.bus_factor`. Rank 0 prints a table, a latency/bandwidth fit per collective
+(:func:`helpers.cost.comm.fit_link`) and emits one RESULT per collective and size. Timings vary from
 run to run: this is a benchmark, not a test.
 
     python -m torch.distributed.run --nproc_per_node 2 -m helpers.demos.ch03_collectives --sizes 4K,1M
@@ -23,8 +23,8 @@ import warnings
 import torch
 import torch.distributed as dist
 
-from helpers.comm import alg_bandwidth, bus_bandwidth, bus_factor, fit_link
-from helpers.env import distributed, emit, say, sync
+from helpers.cost.comm import alg_bandwidth, bus_bandwidth, bus_factor, fit_link
+from helpers.run.env import distributed, emit, say, sync
 
 CPU_SIZES = "4K,64K,1M,4M"
 GPU_SIZES = "1M,16M,256M,1G"

@@ -1,9 +1,9 @@
 """One layout of Chapter 3's planner, measured: step time, tokens/s and peak memory of a Llama.
 
-Chapter 3 ranks layouts with :mod:`helpers.planner`; this demo measures one of them so that the
+Chapter 3 ranks layouts with :mod:`helpers.cost.planner`; this demo measures one of them so that the
 chapter can compare the planner's order with the measured order. On GPUs it trains with
 Colossal-AI's ``HybridParallelPlugin`` (bf16, torch AdamW, eager attention so that sequence
-parallelism stays causal, see Chapter 1), on fresh batches (:func:`helpers.tinyllama.token_batch`);
+parallelism stays causal, see Chapter 1), on fresh batches (:func:`helpers.models.llama.token_batch`);
 on the CPU only the pure data-parallel layout runs, through ``TorchDDPPlugin`` in fp32 (Colossal-AI
 0.5.0 runs nothing else there). The step time is the median over ``--steps`` timed steps after
 ``--warmup``, the slowest rank's.
@@ -19,8 +19,8 @@ import time
 import torch
 import torch.distributed as dist
 
-from helpers.env import distributed, emit, say, sync
-from helpers.tinyllama import build_llama, llama_config, llama_params, shard_batch, token_batch
+from helpers.run.env import distributed, emit, say, sync
+from helpers.models.llama import build_llama, llama_config, llama_params, shard_batch, token_batch
 
 GPU_MODEL = dict(layers=8, hidden=2048, heads=16, vocab=32000, seq=1024, batch=16)
 CPU_MODEL = dict(layers=2, hidden=64, heads=4, vocab=256, seq=32, batch=4)

@@ -1,10 +1,10 @@
 """The seed's communication share on a real training step, and its three remedies, measured.
 
-Chapter 3. Trains a small Llama (:mod:`helpers.tinyllama`, fresh batches every step) on all ranks in
+Chapter 3. Trains a small Llama (:mod:`helpers.models.llama`, fresh batches every step) on all ranks in
 each case ``layout:global_batch`` of ``--cases``: ``tp`` (Megatron tensor parallelism), ``dp`` (one
 all-reduce of all gradients after backward) or ``ddp`` (DistributedDataParallel, gradient buckets
 all-reduced during backward). Each case times the same steps with communication on and off
-(:mod:`helpers.share`): t_compute = median step time without communication, t_comm = median step
+(:mod:`helpers.train.share`): t_compute = median step time without communication, t_comm = median step
 time with it minus t_compute (the exposed communication), share = t_comm / (t_comm + t_compute).
 On GPUs a few more steps run under torch.profiler to read the NCCL kernels' own time as well.
 
@@ -20,10 +20,10 @@ import statistics
 
 import torch
 
-from helpers.comm import comm_share, ops_bytes_sent, tp_layer_ops
-from helpers.env import distributed, emit, say, sync
-from helpers.share import Trainer, nccl_kernel_times, replicas_agree, time_steps
-from helpers.tinyllama import build_llama, llama_config, llama_params, shard_batch, token_batch
+from helpers.cost.comm import comm_share, ops_bytes_sent, tp_layer_ops
+from helpers.run.env import distributed, emit, say, sync
+from helpers.train.share import Trainer, nccl_kernel_times, replicas_agree, time_steps
+from helpers.models.llama import build_llama, llama_config, llama_params, shard_batch, token_batch
 
 CPU_CASES = "tp:2,dp:2,dp:8,ddp:8"
 GPU_CASES = "tp:2,dp:2,dp:8,ddp:8,tp:8,tp:32,dp:32,ddp:32"

@@ -5,13 +5,13 @@
     torchrun ... --kill_at 5 --kill_rank 1     # fault demo: rank 1 SIGKILLs itself at step 5
 
 The plugin comes from the config through Chapter 4's ``plugin_spec``
-(:func:`helpers.chapter05.build_plugin`): TorchDDPPlugin for pure data parallelism (CPU or GPU),
+(:func:`helpers.chapters.ch05_launch.build_plugin`): TorchDDPPlugin for pure data parallelism (CPU or GPU),
 HybridParallelPlugin when tensor/pipeline/sequence > 1, LowLevelZero/Gemini for ZeRO (GPUs only;
 on the CPU the run stops with a message saying why). Every
-``save_interval`` steps and at the end it writes an atomic checkpoint (:mod:`helpers.checkpoint`).
+``save_interval`` steps and at the end it writes an atomic checkpoint (:mod:`helpers.train.checkpoint`).
 Steps count from 1: "step 5" is the fifth optimizer update and ``step_00000003`` holds the state
 after three. Rank 0 logs throughput, memory and the communication-wait share every
-``--log_interval`` steps (:mod:`helpers.signals`) and reports each step's loss as a RESULT line.
+``--log_interval`` steps (:mod:`helpers.train.signals`) and reports each step's loss as a RESULT line.
 Its tqdm bar goes to stderr and is on only when stderr is a terminal (``--progress auto``):
 under the book's launcher and in CI the ranks' output is piped, so the bar stays off.
 """
@@ -27,13 +27,13 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from helpers import checkpoint as ckpt
-from helpers.chapter05 import ProgressionDataset, build_plugin, layout_of
-from helpers.config import load_config
-from helpers.env import distributed, emit, say
-from helpers.faults import maybe_die
-from helpers.signals import CommTimer, Meter
-from helpers.tinyllama import build_llama, llama_config
+from helpers.train import checkpoint as ckpt
+from helpers.chapters.ch05_launch import ProgressionDataset, build_plugin, layout_of
+from helpers.config.schema import load_config
+from helpers.run.env import distributed, emit, say
+from helpers.train.faults import maybe_die
+from helpers.train.signals import CommTimer, Meter
+from helpers.models.llama import build_llama, llama_config
 
 DROPOUT = 0.1  # attention dropout draws on the torch RNG every step: a resume must restore it
 EPOCH_BATCHES = 4  # the data set holds 4 global batches, so a run of 8 steps crosses epochs
@@ -41,7 +41,7 @@ EPOCH_BATCHES = 4  # the data set holds 4 global batches, so a run of 8 steps cr
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--config", required=True, help="YAML config (helpers.config.load_config)")
+    p.add_argument("--config", required=True, help="YAML config (helpers.config.schema.load_config)")
     p.add_argument("--steps", type=int, help="override train.steps")
     p.add_argument("--save_interval", type=int, help="override train.save_interval (0: never save)")
     p.add_argument("--checkpoint_dir", help="override train.checkpoint_dir")

@@ -1,6 +1,6 @@
 """Chapter 7: one training layout of a Llama under a Colossal-AI plugin, its GPU memory measured.
 
-One launch = one :class:`helpers.memory_layouts.TrainLayout` (flags from ``layout.to_args()``),
+One launch = one :class:`helpers.config.layout.TrainLayout` (flags from ``layout.to_args()``),
 e.g. ``--plugin zero --precision bf16 --zero_stage 2``. Every rank builds the same Llama, boosts it
 with the layout's plugin and HybridAdam, trains on fresh token batches and reports:
 
@@ -9,7 +9,7 @@ with the layout's plugin and HybridAdam, trains on fresh token batches and repor
 * one step measured phase by phase (the allocator's peak reset before forward, backward and the
   optimizer step; for a pipeline, forward+backward is one phase);
 * ``max_memory_allocated`` over the timed steps with the peak reset after warm-up — the number
-  the memory model of :mod:`helpers.memory_llama` predicts — and tokens/s;
+  the memory model of :mod:`helpers.cost.memory_llama` predicts — and tokens/s;
 * the fixed overhead the allocator never sees: device memory in use minus memory reserved.
 
 On a machine without one GPU per rank the same code runs the TorchDDPPlugin fp32 path on gloo
@@ -24,10 +24,10 @@ import time
 import torch
 import torch.distributed as dist
 
-from helpers.env import distributed, emit, say, sync
-from helpers.memory_census import leftover_tensors, optimizer_census
-from helpers.memory_layouts import CPU_SHAPE, TrainLayout, plugin_spec
-from helpers.tinyllama import build_llama, shard_batch, token_batch
+from helpers.run.env import distributed, emit, say, sync
+from helpers.cost.census import leftover_tensors, optimizer_census
+from helpers.config.layout import CPU_SHAPE, TrainLayout, plugin_spec
+from helpers.models.llama import build_llama, shard_batch, token_batch
 
 MIB = 2**20
 
@@ -157,7 +157,7 @@ def main() -> None:
                         "peak_reserved": torch.cuda.max_memory_reserved(env.device),
                         "device_used": total - free, "reserved": torch.cuda.memory_reserved(env.device)}
             measured["outside_allocator"] = measured["device_used"] - measured["reserved"]
-        from helpers.memory_llama import predict
+        from helpers.cost.memory_llama import predict
 
         prediction = predict(layout, rank=env.rank)
         known = [x for x in losses if x is not None]

@@ -19,7 +19,7 @@ reference's state. The reference calls ``torch.optim.adam.adam``, the function
 ``torch.optim.Adam.step`` runs, with per-parameter state like the optimizer's: the ``Adam`` class
 itself imports torch._dynamo on first use (about 3 s of CPU per rank), too slow for four ranks on
 two cores; tests/test_ch07_zero1.py checks that both give bitwise the same weights. It then counts the bytes of m and v it holds against
-helpers.memory's ZeRO-1 prediction 8Ψ/N (+ padding) and the bytes it sent per step.
+helpers.cost.memory's ZeRO-1 prediction 8Ψ/N (+ padding) and the bytes it sent per step.
 
     python -m torch.distributed.run --nproc_per_node 2 -m helpers.demos.ch07_zero1 --steps 5
 """
@@ -31,9 +31,9 @@ import torch.distributed as dist
 import torch.nn as nn
 from torch.optim.adam import adam
 
-from helpers.compare import check_close, global_max, randn, sig, strict_fp32
-from helpers.env import distributed, emit, say
-from helpers.zero import adam_step_, comm_bytes_per_step, flat_layout, predicted_optimizer_bytes
+from helpers.train.reference import check_close, global_max, randn, sig, strict_fp32
+from helpers.run.env import distributed, emit, say
+from helpers.parallel.zero import adam_step_, comm_bytes_per_step, flat_layout, predicted_optimizer_bytes
 
 
 def make_model(hidden: int, seed: int, device: torch.device) -> nn.Module:

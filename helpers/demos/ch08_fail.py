@@ -6,11 +6,11 @@
 * ``ok``: four steps; gradients averaged with an explicit ``all_reduce`` per step.
 * ``skip``: rank 1 skips step 1's all-reduce (as a rank that ``continue``s past an empty batch
   would): the ranks' collectives no longer match and the partner waits until the timeout.
-* ``crash``: rank 1 is SIGKILLed at step 2 (:func:`helpers.faults.die`), as a lost node is.
+* ``crash``: rank 1 is SIGKILLed at step 2 (:func:`helpers.train.faults.die`), as a lost node is.
 * ``nan``: a learning rate far too large; a guard stops at the first non-finite loss.
 * ``oom``: a tiny Llama under an address-space cap (``resource.setrlimit(RLIMIT_AS)``) set
   ``--budget_mib`` above what the process already maps; ``--recompute`` checkpoints every
-  layer. Reports the activation bytes :mod:`helpers.memory_llama` predicts and the peak RSS.
+  layer. Reports the activation bytes :mod:`helpers.cost.memory_llama` predicts and the peak RSS.
 
 Every timeout is short (``init_process_group(timeout=...)``) so a lab ends in seconds.
 """
@@ -22,8 +22,8 @@ import time
 import torch
 import torch.distributed as dist
 
-from helpers.env import distributed, emit, say
-from helpers.faults import maybe_die
+from helpers.run.env import distributed, emit, say
+from helpers.train.faults import maybe_die
 
 
 def train(env, args) -> None:
@@ -60,9 +60,9 @@ def oom(args) -> None:
     """One training step of a tiny Llama under an address-space cap (one process, no group)."""
     import psutil
 
-    from helpers.memory_layouts import LlamaShape
-    from helpers.memory_llama import head_activation_bytes, layer_activation_bytes
-    from helpers.tinyllama import build_llama, llama_config, token_batch
+    from helpers.config.layout import LlamaShape
+    from helpers.cost.memory_llama import head_activation_bytes, layer_activation_bytes
+    from helpers.models.llama import build_llama, llama_config, token_batch
 
     shape = LlamaShape(layers=16, hidden=64, heads=2, kv_heads=2, vocab=256)
     config = llama_config(layers=shape.layers, hidden=shape.hidden, heads=shape.heads, vocab=shape.vocab,

@@ -11,7 +11,7 @@ torch's ``_jit_compile`` (torch/utils/cpp_extension.py:2345-2400) do, with torch
    mid-build, as a launch timeout kills a rank; the lock stays (``clear_stale`` keeps it while run 1
    lives: a live holder has it open);
 2. run 2 prints the same line and waits in ``FileBaton.wait()``, silent, until this lab's timeout;
-3. with ``--clear``: :func:`helpers.kernels.locks` reports the lock stale, ``clear_stale`` removes
+3. with ``--clear``: :func:`helpers.run.kernels.locks` reports the lock stale, ``clear_stale`` removes
    it, and run 3 takes the baton, builds and finishes.
 
 Exit code 1 without ``--clear`` (run 2 timed out), 0 with it when run 3 finished. Both print one
@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from helpers import kernels
+from helpers.run import kernels
 
 KERNEL = "fused_optim_cuda"
 FOLDER = "torch2.13_cuda-lab"  # the shape of base_extension.py:56's folder name
@@ -154,7 +154,7 @@ def main() -> None:
     p.add_argument("--clear", action="store_true", help="then clear the stale lock and run again")
     args = p.parse_args()
     result = reproduce(args.timeout_s, args.clear, echo=lambda line: print(line, flush=True))
-    print("RESULT " + json.dumps({"rank": 0, **result}, sort_keys=True), flush=True)  # helpers.env.emit
+    print("RESULT " + json.dumps({"rank": 0, **result}, sort_keys=True), flush=True)  # helpers.run.env.emit
     if not args.clear:
         sys.exit(1)  # run 2 never finished: the failure the lab reproduces
     sys.exit(0 if result["run3_exit"] == 0 and result["run3_finished"] else 1)

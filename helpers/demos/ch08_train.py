@@ -4,9 +4,9 @@
     ... --framework colossal --plugin zero --zero_stage 2 | --plugin hybrid --tp 2 [--overlap 0]
     ... --mem_cap_gib 10    (the out-of-memory lab: this process may use only 10 GiB of the GPU)
     ... --profile 2         (the PyTorch profiler over 2 steps: compute vs communication per rank)
-    ... --compile --optim adamw_fused --plugin_kw reduce_bucket_size_in_m=128   (the flagship run's knobs, helpers.speed)
+    ... --compile --optim adamw_fused --plugin_kw reduce_bucket_size_in_m=128   (the flagship run's knobs, helpers.train.speed)
 
-The layout flags are Chapter 7's :class:`helpers.memory_layouts.TrainLayout` (its plugins ran on
+The layout flags are Chapter 7's :class:`helpers.config.layout.TrainLayout` (its plugins ran on
 the 2×H200 box); the model, data and MFU definition are Chapter 9's (``ch09_hybrid.mfu``:
 (6N + 12·L·h·s)·tokens / (time · GPUs · 989.5e12)). Every rank first trains a single-device
 reference copy on the first ``--ref_steps`` global batches; with ``--fail_on_divergence 0.05`` the run
@@ -26,13 +26,13 @@ import torch
 from helpers.demos.ch01_hybrid import DTYPES, train_reference_mixed
 from helpers.demos.ch07_memory import Trainer
 from helpers.demos.ch09_hybrid import mfu
-from helpers import speed
-from helpers.env import distributed, emit, say, sync
-from helpers.fsdp2 import FSDP2Trainer
-from helpers.memory_layouts import CPU_SHAPE, TrainLayout, plugin_spec
-from helpers.profiling import breakdown
-from helpers.recorder import loss_verdict
-from helpers.tinyllama import build_llama, llama_params, token_batch
+from helpers.train import speed
+from helpers.run.env import distributed, emit, say, sync
+from helpers.parallel.fsdp2 import FSDP2Trainer
+from helpers.config.layout import CPU_SHAPE, TrainLayout, plugin_spec
+from helpers.train.profiling import breakdown
+from helpers.record.runner import loss_verdict
+from helpers.models.llama import build_llama, llama_params, token_batch
 
 
 def optimizer_name(args, device) -> str:

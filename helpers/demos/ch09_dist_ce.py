@@ -18,7 +18,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from helpers.env import distributed, emit, say
+from helpers.run.env import distributed, emit, say
 
 VOCAB, TOKENS = 64, 4
 

@@ -26,12 +26,12 @@ import torch
 import torch.distributed as dist
 
 from helpers.demos.ch01_hybrid import DTYPES, make_plugin, plugin_step, train_reference_mixed
-from helpers.env import distributed, emit, say, sync
-from helpers.mfu import H200_BF16_PEAK, mfu as book_mfu
-from helpers.mfu import flops_per_token as model_flops_per_token
-from helpers.tinyllama import build_llama, llama_config, llama_params, shard_batch, token_batch
+from helpers.run.env import distributed, emit, say, sync
+from helpers.cost.mfu import H200_BF16_PEAK, mfu as book_mfu
+from helpers.cost.mfu import flops_per_token as model_flops_per_token
+from helpers.models.llama import build_llama, llama_config, llama_params, shard_batch, token_batch
 
-PEAK_FLOPS = H200_BF16_PEAK  # H100/H200 SXM dense bf16 (helpers.mfu)
+PEAK_FLOPS = H200_BF16_PEAK  # H100/H200 SXM dense bf16 (helpers.cost.mfu)
 PRESETS = {  # name: llama_config kwargs
     "tiny": dict(layers=4, hidden=256, heads=8, vocab=128),
     "1b": dict(layers=16, hidden=2048, heads=16, vocab=32000),  # 0.94 B, known-facts' model
@@ -40,14 +40,14 @@ PRESETS = {  # name: llama_config kwargs
 
 
 def flops_per_token(config, seq: int) -> float:
-    """helpers.mfu's 6N + 12·L·h·s with N = the parameters that do matmuls (all but the input
+    """helpers.cost.mfu's 6N + 12·L·h·s with N = the parameters that do matmuls (all but the input
     embedding, which is a lookup)."""
     n = llama_params(config) - config.vocab_size * config.hidden_size
     return model_flops_per_token(n, config.num_hidden_layers, config.hidden_size, seq)
 
 
 def mfu(config, seq: int, tokens_per_s: float, gpus: int) -> float:
-    """The book's one MFU (helpers.mfu.mfu) for a Llama config; 0 when nothing was measured."""
+    """The book's one MFU (helpers.cost.mfu.mfu) for a Llama config; 0 when nothing was measured."""
     return book_mfu(tokens_per_s, flops_per_token(config, seq), gpus) if tokens_per_s > 0 else 0.0
 
 

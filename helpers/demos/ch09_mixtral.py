@@ -26,8 +26,8 @@ import torch
 import torch.distributed as dist
 
 from helpers.demos.ch01_hybrid import DTYPES, train_reference_mixed
-from helpers.env import distributed, emit, say, sync
-from helpers.tinyllama import shard_batch, token_batch
+from helpers.run.env import distributed, emit, say, sync
+from helpers.models.llama import shard_batch, token_batch
 
 
 def mixtral(layers: int, hidden: int, experts: int, vocab: int, seq: int, device):

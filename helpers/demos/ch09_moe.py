@@ -3,10 +3,10 @@
     torchrun --nproc_per_node 2 -m helpers.demos.ch09_moe --experts 4 --k 2 --capacity_factor 1.0
     torchrun --nproc_per_node 4 -m helpers.demos.ch09_moe --dp 2     # ep = 2 inside each of 2 data replicas
 
-The world is a dp × ep grid (:func:`helpers.moe.expert_data_grid`, ``--dp`` replicas, ep =
-world / dp). Every rank builds the same full :class:`helpers.moe.MoELayer` (seeded) as the
+The world is a dp × ep grid (:func:`helpers.parallel.ep.expert_data_grid`, ``--dp`` replicas, ep =
+world / dp). Every rank builds the same full :class:`helpers.parallel.ep.MoELayer` (seeded) as the
 reference, keeps only its E/ep experts for the parallel layer, and routes its own tokens. The
-parallel forward (:func:`helpers.moe.expert_parallel_forward` over the rank's expert group:
+parallel forward (:func:`helpers.parallel.ep.expert_parallel_forward` over the rank's expert group:
 dispatch, all-to-all, local experts, all-to-all back, combine) must give the reference's outputs
 for this rank's tokens. The objective is the mean of every rank's loss, as in data parallelism,
 so after one backward: the router, replicated on every rank, gets its gradient averaged over all
@@ -21,8 +21,8 @@ import argparse
 import torch
 import torch.distributed as dist
 
-from helpers.env import distributed, emit, max_abs_diff, say
-from helpers.moe import MoELayer, expert_data_grid, expert_parallel_forward
+from helpers.run.env import distributed, emit, max_abs_diff, say
+from helpers.parallel.ep import MoELayer, expert_data_grid, expert_parallel_forward
 
 AUX_WEIGHT = 0.01
 

@@ -12,9 +12,9 @@ import argparse
 import torch
 from torch.utils.data import DataLoader
 
-from helpers.env import choose_backend, deterministic, emit, say
-from helpers.imagedata import datasets
-from helpers.resnet import model_for
+from helpers.run.env import choose_backend, deterministic, emit, say
+from helpers.models.data import datasets
+from helpers.models.resnet import model_for
 
 
 @torch.no_grad()

@@ -11,7 +11,7 @@ three quarters and the end of the run, i.e. [20, 40, 60, 80] for 80 epochs), ``b
 replaces ``loss.backward``, and ``booster.save_*``/``load_*`` write and read
 ``model_E.pth``/``optimizer_E.pth``/``lr_scheduler_E.pth`` every ``--interval`` epochs.
 Nothing in this file depends on the number of processes: data parallelism is the launcher's
-``--nproc_per_node``. ``--data cifar10`` reads CIFAR-10 from ``$DATA`` (helpers.imagedata);
+``--nproc_per_node``. ``--data cifar10`` reads CIFAR-10 from ``$DATA`` (helpers.models.data);
 ``--data digits`` trains on the real 8×8 handwritten digits that scikit-learn ships.
 
 The optimizer is the example's HybridAdam on GPUs; on the CPU it is torch.optim.Adam (HybridAdam
@@ -29,9 +29,9 @@ import torch.distributed as dist
 from torch import nn
 from torch.optim.lr_scheduler import MultiStepLR
 
-from helpers.env import deterministic, distributed, emit, say, sync
-from helpers.imagedata import datasets
-from helpers.resnet import model_for
+from helpers.run.env import deterministic, distributed, emit, say, sync
+from helpers.models.data import datasets
+from helpers.models.resnet import model_for
 
 PLUGINS = ("torch_ddp", "torch_ddp_fp16", "low_level_zero", "gemini")
 BATCH_SIZE = 100  # per process, as in the example

@@ -23,8 +23,8 @@ import torch
 import torch.distributed as dist
 
 from helpers.demos.ch09_hybrid import PRESETS, mfu
-from helpers.env import distributed, emit, say, sync
-from helpers.tinyllama import build_llama, llama_config, token_batch
+from helpers.run.env import distributed, emit, say, sync
+from helpers.models.llama import build_llama, llama_config, token_batch
 
 
 def sweep_plugin(tp: int, sp: int, sp_mode: str | None):

@@ -17,10 +17,10 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from helpers.compare import randn, strict_fp32
+from helpers.train.reference import randn, strict_fp32
 from helpers.demos.ch01_pp import make_layers, run
-from helpers.env import distributed, emit, say
-from helpers.pipeline import split_layers
+from helpers.run.env import distributed, emit, say
+from helpers.parallel.pp import split_layers
 
 LAYERS, HIDDEN, MICRO, MICRO_BATCH, SEED = 4, 8, 4, 2, 0
 

@@ -1,4 +1,4 @@
-"""A demo that misbehaves on request, to test :mod:`helpers.launch` (tests/test_launch.py).
+"""A demo that misbehaves on request, to test :mod:`helpers.run.launch` (tests/test_launch.py).
 
 --mode ok      every rank all-reduces its rank and reports the sum
 --mode crash   rank 1 raises in the middle of the step
@@ -13,7 +13,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from helpers.env import distributed, emit, say
+from helpers.run.env import distributed, emit, say
 
 
 def main() -> None:

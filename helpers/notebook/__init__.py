@@ -1,0 +1,3 @@
+"""What a notebook needs around its runs: plots, widgets (calculators), live (where its runs
+happen on 0, 1, 2 and 8 GPUs), measured (machine-dependent numbers shown with "≈"), store_outputs.
+"""

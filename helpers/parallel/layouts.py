@@ -1,0 +1,264 @@
+"""Parallel layouts: how G GPUs factor into D × T × P (× S), and which factorings a model allows.
+
+Used by Chapter 2 (combining dimensions) and its torchrun demo ``helpers/demos/ch02_mesh.py``.
+The seed's section 多维并行组合 states the one equation every layout must satisfy,
+
+    G = D × T × P                      (× S when sequence parallelism has an axis of its own)
+
+so the data degree follows, ``D = G / (T·P·S)``, and "if it is not an integer the combination cannot
+be laid out". Its Python demo enumerates the factorings with ``factor_parallelism``, reproduced
+exactly below. The seed checks nothing else; Colossal-AI 0.5.0 checks more, in
+``colossalai/booster/plugin/hybrid_parallel_plugin.py`` (``HybridParallelPlugin.__init__``) and the
+code it calls. Each rule of :func:`violations` cites where it comes from:
+
+* world size divisible by ``tp_size * pp_size`` (the only divisibility the plugin asserts); with an
+  own ``sp`` axis ``D = G // (S·P·T)`` is floored, and ``ProcessGroupMesh`` later fails if
+  ``D·P·T·S != G`` — :func:`data_degree` checks the full product up front;
+* ``split_gather`` and ``ring`` sequence parallelism reuse the tensor group (S = T, not counted in
+  G) and need ``tp_size > 1``; ``all_to_all`` (Ulysses) and ``ring_attn`` get their own ``sp`` axis,
+  counted in G (``ring_attn`` even swaps it in front of ``tp``: mesh ``(dp, pp, sp, tp)``);
+  ``sp_size`` without sequence parallelism is an error;
+* pipeline parallelism needs ``num_microbatches`` or ``microbatch_size``, and ZeRO stage ≤ 1;
+  its 1F1B schedule (``pipeline/schedule/one_f_one_b.py``) asserts micro-batches ≥ stages;
+* Shardformer's Llama policy (``shardformer/policies/llama.py``) asserts attention heads and
+  key-value heads divisible by T (KV heads not fewer than T), after dividing both by S for
+  ``all_to_all``; ring attention needs sequences divisible by 2S (``shardformer/layer/utils.py``);
+* book rules, stricter than the library: layers divisible by P (Colossal-AI would spread the
+  remainder over middle stages, ``PipelineStageManager.distribute_layers``), and a global batch
+  divisible by D × micro-batch size, so every rank sees whole micro-batches.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from helpers.parallel.mesh import RankMesh
+
+SHARED_SP_MODES = ("split_gather", "ring")  # reuse the tp group: S = T, no own axis
+OWN_AXIS_SP_MODES = ("all_to_all", "ring_attn")  # an own sp axis, counted in G
+SP_MODES = SHARED_SP_MODES + OWN_AXIS_SP_MODES
+_AXIS_WORDS = {"tp": "tensor", "pp": "pipeline", "sp": "sequence"}
+
+
+def factor_parallelism(total_gpus: int, max_tp: int = 8, max_pp: int = 4) -> list[tuple[int, int, int]]:
+    """The seed's ``factor_parallelism``, unchanged: every (dp, tp, pp) with dp = G / (tp·pp) whole.
+
+    Loops tp = 1..max_tp, then pp = 1..max_pp, so the order is the seed's. It knows nothing about
+    the model: see :func:`feasible_layouts` for the constraints it forgets.
+    """
+    combos = []
+    for tp in range(1, max_tp + 1):
+        for pp in range(1, max_pp + 1):
+            if total_gpus % (tp * pp) == 0:
+                dp = total_gpus // (tp * pp)
+                if dp >= 1:
+                    combos.append((dp, tp, pp))
+    return combos
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def _suggest(world: int, sizes: dict[str, int]) -> str:
+    """'try tensor 2 or 4, or pipeline 1': nearest sizes of one axis that divide with the others fixed."""
+    tips = []
+    for axis, value in sizes.items():
+        others = 1
+        for a, v in sizes.items():
+            others *= v if a != axis else 1
+        if world % others:
+            continue
+        fits = _divisors(world // others)
+        near = [max((d for d in fits if d < value), default=None), min((d for d in fits if d > value), default=None)]
+        near = [str(d) for d in near if d is not None]
+        if near:
+            tips.append(f"{_AXIS_WORDS[axis]} {' or '.join(near)}")
+    return "; try " + ", or ".join(tips) if tips else ""
+
+
+def data_degree(G: int, tp: int, pp: int, sp: int = 1, sp_mode: str | None = None) -> int:
+    """The data-parallel degree D = G / (T·P·S) of the seed's G = D × T × P, or a ValueError.
+
+    ``sp`` counts in G only for the modes with an own axis (all_to_all, ring_attn), as in
+    HybridParallelPlugin. Unlike the plugin, which floors ``G // (sp·pp·tp)``, a remainder is
+    refused here with the numbers and the nearest sizes that would fit.
+
+    >>> data_degree(64, tp=4, pp=2)
+    8
+    """
+    for name, value in (("G", G), ("tp", tp), ("pp", pp), ("sp", sp)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    if sp_mode is None and sp != 1:
+        raise ValueError(
+            f"sp={sp} needs a sequence parallelism mode: {' or '.join(OWN_AXIS_SP_MODES)} give it an own axis, "
+            f"{' or '.join(SHARED_SP_MODES)} reuse the tensor group (HybridParallelPlugin: 'You should not set "
+            f"sp_size when sequence parallelism is not enabled')"
+        )
+    if sp_mode is not None and sp_mode not in SP_MODES:
+        raise ValueError(f"unknown sequence parallelism mode {sp_mode!r}; Colossal-AI knows {list(SP_MODES)}")
+    if sp_mode in SHARED_SP_MODES:
+        if tp < 2:
+            raise ValueError(f"{sp_mode} sequence parallelism splits the sequence over the tensor group: it needs tp > 1")
+        if sp not in (1, tp):
+            raise ValueError(f"{sp_mode} reuses the tensor group, so S = T = {tp}; sp={sp} would be ignored")
+        sp = 1  # no axis of its own: S does not count in G
+    sizes = {"tp": tp, "pp": pp} | ({"sp": sp} if sp > 1 else {})
+    model = tp * pp * sp
+    if G % model:
+        split = " × ".join(f"{_AXIS_WORDS[a]}={v}" for a, v in sizes.items())
+        raise ValueError(f"{G} GPUs cannot be split as {split}: {model} does not divide {G}{_suggest(G, sizes)}")
+    return G // model
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """The model numbers the layout constraints need (a Llama-family decoder)."""
+
+    layers: int
+    heads: int
+    kv_heads: int | None = None  # None: as many as heads (multi-head attention)
+    hidden: int | None = None
+    seq_len: int | None = None
+
+    @property
+    def kv(self) -> int:
+        return self.heads if self.kv_heads is None else self.kv_heads
+
+
+# Qwen2-7B's config (28 layers, 28 query heads, 4 KV heads, hidden 3584): a model of the seed's 7.5 B size
+QWEN2_7B = ModelShape(layers=28, heads=28, kv_heads=4, hidden=3584, seq_len=4096)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """One way to lay out a job: degrees, sequence mode, micro-batch size and ZeRO stage.
+
+    ``sp`` is the size of the own sequence axis (all_to_all / ring_attn); for split_gather and ring
+    it stays 1 and the sequence degree :attr:`seq_degree` is T.
+    """
+
+    dp: int
+    tp: int = 1
+    pp: int = 1
+    sp: int = 1
+    sp_mode: str | None = None
+    microbatch: int | None = None  # samples per micro-batch (HybridParallelPlugin's microbatch_size)
+    zero_stage: int = 0
+
+    @classmethod
+    def for_world(cls, G: int, tp: int = 1, pp: int = 1, sp: int = 1, sp_mode: str | None = None, **kw) -> "Layout":
+        """Derive D from G with :func:`data_degree`."""
+        dp = data_degree(G, tp, pp, sp, sp_mode)
+        return cls(dp, tp, pp, 1 if sp_mode in SHARED_SP_MODES else sp, sp_mode, **kw)
+
+    @property
+    def world_size(self) -> int:
+        return self.dp * self.tp * self.pp * self.sp
+
+    @property
+    def seq_degree(self) -> int:
+        """S: the number of ranks a sequence is split over (T for split_gather and ring)."""
+        return self.tp if self.sp_mode in SHARED_SP_MODES else self.sp
+
+    def mesh(self) -> RankMesh:
+        """The rank grid HybridParallelPlugin builds, ProcessGroupMesh(dp, pp, tp, sp)."""
+        if self.sp_mode == "ring_attn":
+            raise ValueError("ring_attn lays ranks out as (dp, pp, sp, tp), not RankMesh's (dp, pp, tp, sp)")
+        return RankMesh(self.dp, self.pp, self.tp, self.sp)
+
+    def plugin_kwargs(self) -> dict:
+        """Keyword arguments for ``HybridParallelPlugin`` that build this layout."""
+        kw: dict = {"tp_size": self.tp, "pp_size": self.pp, "zero_stage": self.zero_stage}
+        if self.sp_mode:
+            kw |= {"enable_sequence_parallelism": True, "sequence_parallelism_mode": self.sp_mode,
+                   "sp_size": self.sp}
+        if self.microbatch is not None:
+            kw["microbatch_size"] = self.microbatch
+        return kw
+
+    def __str__(self) -> str:
+        text = f"D={self.dp} × T={self.tp} × P={self.pp}"
+        if self.sp_mode in OWN_AXIS_SP_MODES:
+            text += f" × S={self.sp} ({self.sp_mode})"
+        elif self.sp_mode:
+            text += f" ({self.sp_mode}, S=T={self.tp})"
+        return text
+
+
+def violations(layout: Layout, model: ModelShape | None = None, global_batch: int | None = None) -> list[str]:
+    """Every reason ``layout`` cannot run (empty when it can); see the module docstring for sources."""
+    L, why = layout, []
+    if L.sp_mode is not None and L.sp_mode not in SP_MODES:
+        return [f"unknown sequence parallelism mode {L.sp_mode!r}"]
+    if L.sp_mode in SHARED_SP_MODES and L.tp < 2:
+        why.append(f"{L.sp_mode} sequence parallelism reuses the tensor group: needs T > 1")
+    if L.sp > 1 and L.sp_mode not in OWN_AXIS_SP_MODES:
+        why.append(f"S={L.sp} needs a sequence mode with an own axis (all_to_all or ring_attn)")
+    if L.zero_stage not in (0, 1, 2):
+        why.append(f"ZeRO stage {L.zero_stage} is not 0, 1 or 2 (HybridParallelPlugin)")
+    if L.pp > 1 and L.zero_stage > 1:
+        why.append(f"ZeRO stage {L.zero_stage} with P={L.pp}: the plugin allows only stage 0 or 1 with a pipeline")
+    if L.pp > 1 and L.microbatch is None:
+        why.append(f"P={L.pp} needs micro-batches (num_microbatches or microbatch_size)")
+    if model is not None:
+        a2a = L.sp if L.sp_mode == "all_to_all" else 1  # Ulysses splits heads over S first
+        if model.heads % (L.tp * a2a):
+            what = f"T×S={L.tp * a2a}" if a2a > 1 else f"T={L.tp}"
+            why.append(f"{model.heads} attention heads are not divisible by {what}")
+        if model.kv % (L.tp * a2a) or model.kv // a2a < L.tp:
+            what = f"T×S={L.tp * a2a}" if a2a > 1 else f"T={L.tp}"
+            why.append(f"{model.kv} KV heads are not divisible by {what}")
+        if model.layers % L.pp:
+            why.append(f"{model.layers} layers do not split evenly into P={L.pp} stages")
+        split = 2 * L.sp if L.sp_mode == "ring_attn" else L.seq_degree
+        if model.seq_len is not None and L.sp_mode and model.seq_len % split:
+            why.append(f"sequence length {model.seq_len} is not divisible by {split}")
+    if global_batch is not None and L.microbatch is not None:
+        per_step = L.dp * L.microbatch
+        if global_batch % per_step:
+            why.append(f"global batch {global_batch} is not divisible by D × micro-batch = {L.dp} × {L.microbatch}")
+        elif L.pp > 1 and global_batch // per_step < L.pp:
+            why.append(f"m={global_batch // per_step} micro-batches per step < P={L.pp} stages (1F1B needs m ≥ P)")
+    return why
+
+
+def validate(layout: Layout, model: ModelShape | None = None, global_batch: int | None = None) -> Layout:
+    """Return ``layout`` or raise a ValueError listing every violated rule."""
+    why = violations(layout, model, global_batch)
+    if why:
+        raise ValueError(f"{layout} cannot run: " + "; ".join(why))
+    return layout
+
+
+@dataclass(frozen=True)
+class Search:
+    """What :func:`feasible_layouts` found: the layouts that run, and the others with their reasons."""
+
+    feasible: list[Layout]
+    rejected: list[tuple[Layout, list[str]]]
+
+
+def feasible_layouts(
+    G: int, model: ModelShape, global_batch: int, microbatch: int = 1, max_tp: int = 8, max_pp: int = 4,
+    sp_modes: tuple[str | None, ...] = (None,), max_sp: int = 8, zero_stage: int = 0,
+) -> Search:
+    """Every layout of G GPUs in the seed's enumeration order, split into feasible and rejected.
+
+    For each (tp, pp) of ``factor_parallelism`` order and each mode in ``sp_modes``: None (no
+    sequence parallelism), a shared mode (S = T) or an own-axis mode with S = 2..max_sp where it
+    divides. Layouts whose D is not whole are skipped, as the seed skips them.
+    """
+    feasible, rejected = [], []
+    for tp in range(1, max_tp + 1):
+        for pp in range(1, max_pp + 1):
+            for mode in sp_modes:
+                sizes = range(2, max_sp + 1) if mode in OWN_AXIS_SP_MODES else [1]
+                for sp in sizes:
+                    if G % (tp * pp * sp):
+                        continue
+                    layout = Layout(G // (tp * pp * sp), tp, pp, sp, mode, microbatch, zero_stage)
+                    why = violations(layout, model, global_batch)
+                    (rejected.append((layout, why)) if why else feasible.append(layout))
+    return Search(feasible, rejected)

@@ -1,0 +1,285 @@
+"""Run a demo under torchrun from a notebook or a test, and collect what its ranks report.
+
+Used by every chapter's notebook. ``launch("ch01_dp", nproc=2)`` runs
+
+    python -m torch.distributed.run --standalone --nproc_per_node 2 --tee 3 -m helpers.demos.ch01_dp
+
+in a process group of its own, streams the ranks' lines live (rank 0 by default), kills every
+rank when the timeout passes, and returns the ``RESULT {json}`` lines sorted by rank. When a rank
+fails, :class:`LaunchError` shows that rank's own traceback, not torchrun's summary.
+
+torchrun starts each worker in a new session, so killing torchrun's process group is not
+enough: the launcher keeps the pids of all descendants it has seen and kills those too.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+
+from helpers.run.env import RESULT_PREFIX, placement_env
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+_RANK_LINE = re.compile(r"^\[(?:rank|default)(\d+)\]:(.*)$")
+_ROOT_CAUSE_RANK = re.compile(r"^\s*rank\s*:\s*(\d+)")
+LAUNCHER = -1  # pseudo-rank for torchrun's own lines
+QUIET_ENV = {"PYTHONWARNINGS": "ignore", "TRANSFORMERS_VERBOSITY": "error", "TORCH_CPP_LOG_LEVEL": "ERROR"}
+
+
+class LaunchError(RuntimeError):
+    """A demo failed: a rank crashed, printed no result, or ran past its timeout."""
+
+    def __init__(self, message: str, rank: int | None, lines: dict[int, list[str]], returncode: int | None):
+        super().__init__(message)
+        self.rank = rank
+        self.lines = lines
+        self.returncode = returncode
+
+
+class LaunchTimeout(LaunchError):
+    """The demo ran longer than ``timeout_s``; every rank was killed."""
+
+
+@dataclass
+class LaunchResult:
+    demo: str
+    nproc: int
+    seconds: float
+    results: list[dict]  # every RESULT line, sorted by rank (stable within a rank)
+    lines: dict[int, list[str]] = field(repr=False)
+
+    def rank(self, r: int) -> list[dict]:
+        """The results rank ``r`` emitted, in order."""
+        return [x for x in self.results if x["rank"] == r]
+
+    def first(self, r: int = 0) -> dict:
+        """The first result of rank ``r``."""
+        found = self.rank(r)
+        if not found:
+            raise KeyError(f"rank {r} emitted no RESULT")
+        return found[0]
+
+
+def torchrun_command(demo: str, nproc: int, args: list[str] | tuple[str, ...] = (), log_dir: str | None = None) -> list[str]:
+    """The exact command line the launcher runs (shown in the book, recorded with GPU results)."""
+    if nproc < 1:
+        raise ValueError(f"nproc must be at least 1, got {nproc}")
+    module = demo if demo.startswith("helpers.") else f"helpers.demos.{demo}"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", "--tee=3"]
+    if log_dir:
+        cmd.append(f"--log-dir={log_dir}")
+    return cmd + ["-m", module, *map(str, args)]
+
+
+def rank_env(nproc: int, extra: dict[str, str] | None = None, force: str | None = None) -> dict[str, str]:
+    """The ranks' environment: this process's, the placement rule's, then ``extra``.
+
+    :func:`helpers.run.env.placement` decides GPU+NCCL (``nproc`` <= GPUs) or CPU+gloo with CUDA
+    hidden (``nproc`` > GPUs) once, here, for every demo.
+    """
+    return {**os.environ, **placement_env(nproc, force=force), **(extra or {})}
+
+
+def _descendants(pid: int) -> list[psutil.Process]:
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+
+
+def _kill_all(procs: list[psutil.Process], grace_s: float = 3.0) -> None:
+    alive = [p for p in procs if p.is_running()]
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for p in alive:
+            try:
+                p.send_signal(sig)
+            except psutil.NoSuchProcess:
+                pass
+        _, alive = psutil.wait_procs(alive, timeout=grace_s)
+        if not alive:
+            return
+
+
+# Errors a rank raises because *another* rank died: never the root cause.
+_KNOCK_ON = ("Connection closed by peer", "remote worker", "Connection reset by peer", "Broken pipe",
+             "NCCL communicator was aborted", "ProcessGroupNCCL is aborted")
+
+
+def _failing_rank(lines: dict[int, list[str]]) -> int | None:
+    """The rank that failed first of its own accord.
+
+    A crash on one rank makes its partners fail too (gloo: "Connection closed by peer"), and on a
+    busy machine torchrun may see a partner exit first; so a rank whose traceback ends in such a
+    knock-on error is only chosen when no rank failed for a reason of its own.
+    """
+    with_traceback = [r for r in sorted(k for k in lines if k != LAUNCHER)
+                      if any("Traceback" in line for line in lines[r])]
+    own = [r for r in with_traceback if not any(s in "\n".join(lines[r][-5:]) for s in _KNOCK_ON)]
+    if own:
+        return own[0]
+    launcher = lines.get(LAUNCHER, [])
+    killed = _killed_by_signal(launcher)
+    if killed:  # e.g. SIGKILL (OOM killer, a lost node): no traceback, and torchrun's tie-break may miss it
+        return killed[0]
+    for i, line in enumerate(launcher):
+        if "Root Cause" in line:
+            for later in launcher[i:]:
+                m = _ROOT_CAUSE_RANK.match(later)
+                if m:
+                    return int(m.group(1))
+    return with_traceback[0] if with_traceback else None
+
+
+_EXITCODE = re.compile(r"^\s*exitcode\s*:\s*-(\d+)")
+
+
+def _killed_by_signal(launcher: list[str]) -> list[int]:
+    """Ranks torchrun's failure summary lists as ended by a signal other than its own SIGTERM.
+
+    torchrun stamps failures to the second and breaks ties by rank, so a partner that exits on its
+    own knock-on error in the same second can be named "Root Cause" instead of the rank that was
+    killed; a rank that died of a signal torchrun did not send is the cause.
+    """
+    ranks, rank = [], None
+    for line in launcher:
+        m = _ROOT_CAUSE_RANK.match(line)
+        if m:
+            rank = int(m.group(1))
+            continue
+        m = _EXITCODE.match(line)
+        if m and rank is not None and int(m.group(1)) != signal.SIGTERM and rank not in ranks:
+            ranks.append(rank)
+    return ranks
+
+
+def _tail(lines: list[str], n: int = 40) -> str:
+    return "\n".join(lines[-n:])
+
+
+def launch(
+    demo: str,
+    nproc: int = 2,
+    args: list[str] | tuple[str, ...] = (),
+    timeout_s: float = 120.0,
+    show: str = "rank0",
+    env: dict[str, str] | None = None,
+    expect_results: bool = True,
+) -> LaunchResult:
+    """Run ``helpers.demos.<demo>`` on ``nproc`` local ranks and return their results.
+
+    show: "rank0" streams rank 0's lines, "all" streams every rank's lines prefixed with
+    ``[rankN]``, "none" streams nothing. RESULT lines are collected, not shown.
+    """
+    if show not in ("rank0", "all", "none"):
+        raise ValueError(f"show must be 'rank0', 'all' or 'none', not {show!r}")
+    log_dir = tempfile.mkdtemp(prefix="book-torchrun-")
+    cmd = torchrun_command(demo, nproc, args, log_dir=log_dir)
+    child_env = rank_env(nproc, env)
+    child_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), child_env.get("PYTHONPATH")]))
+    child_env.setdefault("OMP_NUM_THREADS", "1")
+    for name, value in QUIET_ENV.items():  # library chatter is not part of a demo's output
+        child_env.setdefault(name, value)
+    child_env["PYTHONUNBUFFERED"] = "1"
+
+    start = time.monotonic()
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
+        env=child_env, cwd=REPO_ROOT, start_new_session=True,
+    )
+    out: queue.Queue[str | None] = queue.Queue()
+    reader = threading.Thread(target=lambda: [out.put(l) for l in proc.stdout] + [out.put(None)], daemon=True)
+    reader.start()
+
+    lines: dict[int, list[str]] = {}
+    results: list[dict] = []
+    seen: dict[int, psutil.Process] = {}
+    timed_out = False
+    try:  # TimeoutExpired from the wait above counts as a timeout too
+        while True:
+            for p in _descendants(proc.pid):
+                seen.setdefault(p.pid, p)
+            if time.monotonic() - start > timeout_s:
+                timed_out = True
+                break
+            try:
+                raw = out.get(timeout=0.2)
+            except queue.Empty:
+                continue
+            if raw is None:  # output closed: torchrun is exiting, let it finish its summary
+                proc.wait(timeout=max(1.0, timeout_s - (time.monotonic() - start)))
+                break
+            _take_line(raw.rstrip("\n"), lines, results, show)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+    finally:  # also on KeyboardInterrupt: never leave a rank behind
+        tree = list(seen.values()) + _descendants(proc.pid)
+        if proc.poll() is None:
+            tree.append(psutil.Process(proc.pid))
+        _kill_all([p for p in tree if p.is_running()])
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        reader.join(timeout=5)
+        shutil.rmtree(log_dir, ignore_errors=True)
+
+    seconds = time.monotonic() - start
+    name = cmd[cmd.index("-m", 3) + 1]
+    if timed_out:
+        from helpers.run.kernels import timeout_hint  # Chapter 8, "A stale kernel-build lock"
+
+        running = sorted(r for r in lines if r != LAUNCHER)
+        raise LaunchTimeout(
+            f"{name} ran past its {timeout_s:g} s timeout; all {nproc} ranks were killed.\n"
+            f"Ranks that printed something: {running}. Last lines:\n"
+            + "\n".join(f"[rank{r}] {_tail(lines[r], 5)}" for r in running)
+            + (f"\n{hint}" if (hint := timeout_hint(lines)) else ""),
+            None, lines, None,
+        )
+    if proc.returncode != 0:
+        rank = _failing_rank(lines)
+        shown = lines.get(rank, []) if rank is not None else lines.get(LAUNCHER, [])
+        raise LaunchError(
+            f"{name} failed (exit code {proc.returncode})"
+            + (f" on rank {rank}" if rank is not None else "")
+            + f". Its output:\n{_tail(shown)}",
+            rank, lines, proc.returncode,
+        )
+    if expect_results and not results:
+        raise LaunchError(
+            f"{name} exited cleanly but printed no RESULT line: a demo must report through "
+            f"helpers.run.env.emit(...). Rank 0's output:\n{_tail(lines.get(0, []))}",
+            None, lines, proc.returncode,
+        )
+    results.sort(key=lambda x: x["rank"])
+    if show != "none":
+        print(f"✓ {name} on {nproc} rank(s) in {seconds:.1f} s")
+    return LaunchResult(name, nproc, seconds, results, lines)
+
+
+def _take_line(line: str, lines: dict[int, list[str]], results: list[dict], show: str) -> None:
+    m = _RANK_LINE.match(line)
+    rank, text = (int(m.group(1)), m.group(2)) if m else (LAUNCHER, line)
+    text = text.removeprefix(f"[rank{rank}]: ")  # torch's excepthook prefixes tracebacks itself
+    lines.setdefault(rank, []).append(text)
+    if rank != LAUNCHER and text.startswith(RESULT_PREFIX):
+        results.append(json.loads(text[len(RESULT_PREFIX):]))
+        return
+    if show == "all" and rank != LAUNCHER:
+        print(f"[rank{rank}] {text}", flush=True)
+    elif show == "rank0" and rank == 0:
+        print(text, flush=True)
