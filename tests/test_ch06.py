@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers.config.schema import frameworks as fw
+from helpers.config import frameworks as fw
 from helpers.config.schema import load_config
 from helpers.config.plugin import check_signature
 
