@@ -44,7 +44,10 @@ CHROMIUM_FLAGS = [
 ]
 REMOTE = re.compile(r"^(https?:)?//", re.IGNORECASE)
 SCRIPT_SRC = re.compile(r"<script\b[^>]*\bsrc=\"([^\"]+)\"", re.IGNORECASE)
-LINK_HREF = re.compile(r"<link\b[^>]*\brel=\"(?:stylesheet|preload|modulepreload)\"[^>]*\bhref=\"([^\"]+)\"", re.IGNORECASE)
+LINK_HREF = re.compile(
+    r"<link\b[^>]*\brel=\"(?:stylesheet|preload|modulepreload)\"[^>]*\bhref=\"([^\"]+)\"",
+    re.IGNORECASE,
+)
 IMG_SRC = re.compile(r"<img\b[^>]*\bsrc=\"([^\"]+)\"", re.IGNORECASE)
 
 
@@ -64,8 +67,21 @@ def built_html(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("book")
     env = {k: v for k, v in os.environ.items() if k != "MPLBACKEND"}
     proc = subprocess.run(
-        [_jupyter_book(), "build", str(ROOT), "-W", "-n", "--keep-going", "--path-output", str(out)],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800,
+        [
+            _jupyter_book(),
+            "build",
+            str(ROOT),
+            "-W",
+            "-n",
+            "--keep-going",
+            "--path-output",
+            str(out),
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1800,
     )
     log = proc.stdout + proc.stderr
     assert proc.returncode == 0, f"book build failed (exit {proc.returncode}):\n{log[-8000:]}"
@@ -91,8 +107,16 @@ def _chromium() -> str:
 def _dump_dom(page: Path, tmp_path: Path) -> str:
     assert page.is_file(), f"page not built: {page}"
     proc = subprocess.run(
-        [_chromium(), *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'profile'}", "--dump-dom", page.as_uri()],
-        capture_output=True, text=True, timeout=180,
+        [
+            _chromium(),
+            *CHROMIUM_FLAGS,
+            f"--user-data-dir={tmp_path / 'profile'}",
+            "--dump-dom",
+            page.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
     )
     assert proc.returncode == 0 and "<html" in proc.stdout, (
         f"chromium failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}"
@@ -110,7 +134,9 @@ def test_book_builds(built_html: Path):
 
 
 def test_offline_assets_are_served_locally(built_html: Path):
-    assert (built_html / "_static" / "mathjax" / "tex-chtml.js").is_file(), "MathJax not copied to _static/"
+    assert (built_html / "_static" / "mathjax" / "tex-chtml.js").is_file(), (
+        "MathJax not copied to _static/"
+    )
     assert (built_html / "_static" / "widgets" / "embed-amd.js").is_file()
     assert (built_html / "_static" / "widgets" / "require.js").is_file()
     remote = {}
@@ -134,7 +160,9 @@ def _has_widgets() -> bool:
 
 def test_chapter1_notebook_page_renders(built_html: Path, tmp_path: Path):
     dom = _dump_dom(built_html / "notebooks" / "01_dimensions.html", tmp_path)
-    assert dom.count("<mjx-container") > 0, "no math rendered by MathJax on the Chapter 1 notebook page"
+    assert dom.count("<mjx-container") > 0, (
+        "no math rendered by MathJax on the Chapter 1 notebook page"
+    )
     assert "<mjx-merror" not in dom, "MathJax reported a TeX error"
     imgs = [s for s in IMG_SRC.findall(dom) if not s.endswith((".svg", ".ico"))]
     local = [s for s in imgs if s.startswith("data:") or not REMOTE.match(s)]
@@ -143,7 +171,9 @@ def test_chapter1_notebook_page_renders(built_html: Path, tmp_path: Path):
         if not src.startswith("data:"):
             target = (built_html / "notebooks" / src.split("?")[0]).resolve()
             assert target.is_file(), f"image {src} not found at {target}"
-    assert not _remote(SCRIPT_SRC.findall(dom)), f"CDN scripts in the DOM: {_remote(SCRIPT_SRC.findall(dom))}"
+    assert not _remote(SCRIPT_SRC.findall(dom)), (
+        f"CDN scripts in the DOM: {_remote(SCRIPT_SRC.findall(dom))}"
+    )
     if _has_widgets():
         assert re.search(r'class="[^"]*\blm-Widget\b[^"]*\bwidget-', dom), (
             "the notebook stores widget state but no widget was rendered (ipywidgets HTML manager)"

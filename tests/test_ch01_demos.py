@@ -19,6 +19,7 @@ TOL = 1e-5  # the demos' own fp32 tolerance on the CPU
 
 # ---------------------------------------------------------------- in-process, no torchrun
 
+
 def test_split_layers_consecutive_equal_stages():
     assert split_layers(4, 2) == [[0, 1], [2, 3]]
     assert split_layers(8, 4) == [[0, 1], [2, 3], [4, 5], [6, 7]]
@@ -50,7 +51,9 @@ def test_shard_slices_and_rejects_uneven():
 
 def test_check_close_names_the_tensor():
     assert check_close("same", torch.ones(3), torch.ones(3)) == 0.0
-    with pytest.raises(AssertionError, match="W1 shard grad disagrees with the single-process reference"):
+    with pytest.raises(
+        AssertionError, match="W1 shard grad disagrees with the single-process reference"
+    ):
         check_close("W1 shard grad", torch.ones(3), torch.ones(3) + 1e-3)
     with pytest.raises(AssertionError, match="shape"):
         check_close("shape", torch.ones(3), torch.ones(1))  # allclose would broadcast; we must not
@@ -71,6 +74,7 @@ def test_sig_rounds_to_significant_digits():
 
 # ---------------------------------------------------------------- torchrun launches
 
+
 def _same_on_all_ranks(result, key):
     values = [r[key] for r in result.results]
     assert len(values) == result.nproc and all(v == values[0] for v in values), (key, values)
@@ -82,11 +86,15 @@ def test_dp(nproc):
     res = launch("ch01_dp", nproc=nproc, show="none")
     assert len(res.results) == nproc
     for r in res.results:
-        assert r["world_size"] == nproc and r["global_batch"] == 8 and r["local_batch"] == 8 // nproc
+        assert (
+            r["world_size"] == nproc and r["global_batch"] == 8 and r["local_batch"] == 8 // nproc
+        )
         assert r["samples"] == [r["rank"] * 8 // nproc, (r["rank"] + 1) * 8 // nproc]
         assert r["max_grad_diff"] < TOL and r["max_param_diff"] < TOL
         assert r["loss"] == pytest.approx(r["ref_loss"], rel=1e-3)
-    assert _same_on_all_ranks(res, "loss") == pytest.approx(sum(r["loss_local"] for r in res.results) / nproc, rel=1e-3)
+    assert _same_on_all_ranks(res, "loss") == pytest.approx(
+        sum(r["loss_local"] for r in res.results) / nproc, rel=1e-3
+    )
 
 
 def test_tp():
@@ -102,7 +110,9 @@ def test_tp():
 
 @pytest.mark.parametrize("nproc, layers", [(2, 4), (4, 8)])
 def test_pp(nproc, layers):
-    res = launch("ch01_pp", nproc=nproc, args=["--layers", str(layers), "--micro", "4"], show="none")
+    res = launch(
+        "ch01_pp", nproc=nproc, args=["--layers", str(layers), "--micro", "4"], show="none"
+    )
     stages = split_layers(layers, nproc)
     for r in res.results:
         assert r["layers_per_stage"] == layers // nproc
@@ -127,10 +137,22 @@ def test_sp():
 @pytest.mark.parametrize(
     "demo, args, message",
     [
-        ("ch01_dp", ["--batch", "7"], "global batch B=7 must be divisible by the data-parallel size P=2"),
-        ("ch01_tp", ["--ffn", "33"], "MLP width 4h=33 must be divisible by the tensor-parallel size P=2"),
+        (
+            "ch01_dp",
+            ["--batch", "7"],
+            "global batch B=7 must be divisible by the data-parallel size P=2",
+        ),
+        (
+            "ch01_tp",
+            ["--ffn", "33"],
+            "MLP width 4h=33 must be divisible by the tensor-parallel size P=2",
+        ),
         ("ch01_pp", ["--layers", "3"], "cannot split L=3 layers into p=2 pipeline stages"),
-        ("ch01_sp", ["--heads", "3"], "number of heads a=3 must be divisible by the sequence-parallel size P=2"),
+        (
+            "ch01_sp",
+            ["--heads", "3"],
+            "number of heads a=3 must be divisible by the sequence-parallel size P=2",
+        ),
     ],
 )
 def test_bad_sizes_fail_clearly(demo, args, message):

@@ -17,19 +17,22 @@ BYTES = 2  # 16-bit activations
 sbh = s * b * h
 
 
-@pytest.mark.parametrize("label, value, text", [
-    ("DP all-reduce, 7B, D=8", 2 * 7 / 8 * 14, "24.5"),
-    ("DP all-reduce, 7B, D=64", 2 * 63 / 64 * 14, "27.6"),
-    ("activation tensor bsh", sbh * BYTES / 1e6, "134"),
-    ("TP all-reduce of bsh, T=4", 2 * (T - 1) / T * sbh * BYTES / 1e6, "201"),
-    ("TP per layer, 4 all-reduces", 4 * 2 * (T - 1) / T * sbh * BYTES / 1e6, "805"),
-    ("Ulysses per layer forward", 4 * (S - 1) / S * sbh / S * BYTES / 1e6, "101"),
-    ("Megatron-SP per layer forward", 4 * (T - 1) / T * sbh * BYTES / 1e6, "403"),
-    ("activations, no parallelism", sbh * (34 + 5 * a * s / h) / 1e9, "7.65"),
-    ("activations, TP", sbh * (10 + 24 / T + 5 * a * s / (h * T)) / 1e9, "2.42"),
-    ("activations, TP+SP", sbh / T * (34 + 5 * a * s / h) / 1e9, "1.91"),
-    ("activations, TP+SP, flash attention", sbh / T * 34 / 1e9, "0.57"),
-])
+@pytest.mark.parametrize(
+    "label, value, text",
+    [
+        ("DP all-reduce, 7B, D=8", 2 * 7 / 8 * 14, "24.5"),
+        ("DP all-reduce, 7B, D=64", 2 * 63 / 64 * 14, "27.6"),
+        ("activation tensor bsh", sbh * BYTES / 1e6, "134"),
+        ("TP all-reduce of bsh, T=4", 2 * (T - 1) / T * sbh * BYTES / 1e6, "201"),
+        ("TP per layer, 4 all-reduces", 4 * 2 * (T - 1) / T * sbh * BYTES / 1e6, "805"),
+        ("Ulysses per layer forward", 4 * (S - 1) / S * sbh / S * BYTES / 1e6, "101"),
+        ("Megatron-SP per layer forward", 4 * (T - 1) / T * sbh * BYTES / 1e6, "403"),
+        ("activations, no parallelism", sbh * (34 + 5 * a * s / h) / 1e9, "7.65"),
+        ("activations, TP", sbh * (10 + 24 / T + 5 * a * s / (h * T)) / 1e9, "2.42"),
+        ("activations, TP+SP", sbh / T * (34 + 5 * a * s / h) / 1e9, "1.91"),
+        ("activations, TP+SP, flash attention", sbh / T * 34 / 1e9, "0.57"),
+    ],
+)
 def test_quoted_number_is_the_formula(label, value, text):
     digits = len(text.split(".")[1]) if "." in text else 0
     assert f"{value:.{digits}f}" == text, f"{label}: formula gives {value}, page says {text}"

@@ -15,8 +15,15 @@ import pytest
 matplotlib.use("Agg")
 from helpers.notebook import plots  # noqa: E402
 from helpers.run.launch import launch  # noqa: E402
-from helpers.parallel.layouts import (QWEN2_7B, Layout, ModelShape, data_degree, factor_parallelism,  # noqa: E402
-                             feasible_layouts, violations)
+from helpers.parallel.layouts import (
+    QWEN2_7B,
+    Layout,
+    ModelShape,
+    data_degree,
+    factor_parallelism,  # noqa: E402
+    feasible_layouts,
+    violations,
+)
 from helpers.parallel.mesh import AXES, RankMesh  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -42,10 +49,18 @@ def test_every_group_of_the_8_rank_mesh_matches_rankmesh(mesh_run):
         assert r["coords"] == mesh.coords(r["rank"])
         for axis in AXES:
             assert r["groups"][axis] == mesh.group_of(r["rank"], axis), (r["rank"], axis)
-            assert r["sums"][axis] == sum(mesh.group_of(r["rank"], axis))  # the group really communicates
-    groups = {axis: sorted({tuple(r["groups"][axis]) for r in mesh_run.results}) for axis in ("tp", "pp", "dp")}
-    assert groups == {"tp": [(0, 1), (2, 3), (4, 5), (6, 7)], "pp": [(0, 2), (1, 3), (4, 6), (5, 7)],
-                      "dp": [(0, 4), (1, 5), (2, 6), (3, 7)]}
+            assert r["sums"][axis] == sum(
+                mesh.group_of(r["rank"], axis)
+            )  # the group really communicates
+    groups = {
+        axis: sorted({tuple(r["groups"][axis]) for r in mesh_run.results})
+        for axis in ("tp", "pp", "dp")
+    }
+    assert groups == {
+        "tp": [(0, 1), (2, 3), (4, 5), (6, 7)],
+        "pp": [(0, 2), (1, 3), (4, 6), (5, 7)],
+        "dp": [(0, 4), (1, 5), (2, 6), (3, 7)],
+    }
 
 
 def test_hybrid_parallel_plugin_builds_the_same_groups_with_ulysses(plugin_run):
@@ -56,15 +71,25 @@ def test_hybrid_parallel_plugin_builds_the_same_groups_with_ulysses(plugin_run):
         for axis in AXES:
             assert r["groups"][axis] == plugin[axis] == mesh.group_of(rank, axis), (rank, axis)
         # gradients and ZeRO run over dp × sp; the plugin then reports D·S as its dp_size
-        assert r["groups"]["dp_sp"] == plugin["mixed_dp"] == sorted(
-            {x for d in mesh.group_of(rank, "dp") for x in mesh.group_of(d, "sp")})
+        assert (
+            r["groups"]["dp_sp"]
+            == plugin["mixed_dp"]
+            == sorted({x for d in mesh.group_of(rank, "dp") for x in mesh.group_of(d, "sp")})
+        )
         assert plugin["dp_size"] == 2
-    assert plugin_run.first(0)["groups"]["tp"] == [0, 2]  # sp is the fastest axis: TP partners are not neighbours
+    assert plugin_run.first(0)["groups"]["tp"] == [
+        0,
+        2,
+    ]  # sp is the fastest axis: TP partners are not neighbours
 
 
 def test_mesh_figures_draw_and_refuse_an_sp_axis():
-    for fig in (plots.mesh_figure(RankMesh(2, 2, 2)),
-                plots.mesh_figure(RankMesh(dp=2, pp=4, tp=4), names={"dp": "crew", "pp": "section", "tp": "trade"})):
+    for fig in (
+        plots.mesh_figure(RankMesh(2, 2, 2)),
+        plots.mesh_figure(
+            RankMesh(dp=2, pp=4, tp=4), names={"dp": "crew", "pp": "section", "tp": "trade"}
+        ),
+    ):
         assert len(fig.axes) == 2
         matplotlib.pyplot.close(fig)
     with pytest.raises(ValueError, match="sp=2"):
@@ -85,6 +110,7 @@ def test_builder_analogy():
 
 # --- every number the page quotes, recomputed ----------------------------------------------------
 
+
 def _page_has(*snippets):
     flat = re.sub(r"\s+", " ", PAGE)
     for s in snippets:
@@ -93,8 +119,13 @@ def _page_has(*snippets):
 
 def seed_recommend_order(total):
     """The seed's recommend(): sort by comm cost (tp-1)*1.0 + (pp-1)*0.5 (memory column omitted)."""
-    return [c[1:] for c in sorted(((tp - 1) * 1.0 + (pp - 1) * 0.5, dp, tp, pp)
-                                  for dp, tp, pp in factor_parallelism(total))]
+    return [
+        c[1:]
+        for c in sorted(
+            ((tp - 1) * 1.0 + (pp - 1) * 0.5, dp, tp, pp)
+            for dp, tp, pp in factor_parallelism(total)
+        )
+    ]
 
 
 def test_page_equation_examples():
@@ -103,7 +134,10 @@ def test_page_equation_examples():
     with pytest.raises(ValueError) as err:
         data_degree(64, tp=3, pp=2)
     _page_has("```text\n" + str(err.value) + "\n```")
-    assert data_degree(16, 2, 2, 2, "split_gather") == 4 and data_degree(16, 2, 2, 2, "all_to_all") == 2
+    assert (
+        data_degree(16, 2, 2, 2, "split_gather") == 4
+        and data_degree(16, 2, 2, 2, "all_to_all") == 2
+    )
     _page_has("`split_gather` leaves $D = 16 / 4 = 4$", "`sp_size=2` leaves $D = 16 / 8 = 2$")
     layout = Layout.for_world(64, tp=4, pp=2, microbatch=4, zero_stage=1)
     assert layout.dp == 8 and layout.plugin_kwargs()["microbatch_size"] == 4
@@ -119,18 +153,27 @@ def test_page_worked_example():
     search = feasible_layouts(32, QWEN2_7B, global_batch=64, microbatch=4)
     ok = [(x.dp, x.tp, x.pp) for x in search.feasible]
     assert len(ok) == 6
-    _page_has("Of the seed's 12 layouts, 6 survive", "| (16, 2, 1), (8, 2, 2), (4, 2, 4) | ok |",
-              "| (8, 4, 1), (4, 4, 2), (2, 4, 4) | ok |")
+    _page_has(
+        "Of the seed's 12 layouts, 6 survive",
+        "| (16, 2, 1), (8, 2, 2), (4, 2, 4) | ok |",
+        "| (8, 4, 1), (4, 4, 2), (2, 4, 4) | ok |",
+    )
     assert ok == [(16, 2, 1), (8, 2, 2), (4, 2, 4), (8, 4, 1), (4, 4, 2), (2, 4, 4)]
     assert 32 * 4 == 128 and 64 // (16 * 4) == 1 and 64 // (8 * 4) == 2 and 28 / 8 == 3.5
-    _page_has("$D \\cdot b = 128$ does not divide $B = 64$", "$m = 64 / (16 \\cdot 4) = 1 < P = 2$",
-              "$m = 64 / (8 \\cdot 4) = 2 < P = 4$", "3.5 heads")
+    _page_has(
+        "$D \\cdot b = 128$ does not divide $B = 64$",
+        "$m = 64 / (16 \\cdot 4) = 1 < P = 2$",
+        "$m = 64 / (8 \\cdot 4) = 2 < P = 4$",
+        "3.5 heads",
+    )
     assert seed_recommend_order(32)[0] == (32, 1, 1)
     _page_has("puts $(32, 1, 1)$ first")
     more = feasible_layouts(32, QWEN2_7B, 64, 4, sp_modes=("all_to_all", "split_gather"))
     count = {m: sum(x.sp_mode == m for x in more.feasible) for m in ("all_to_all", "split_gather")}
     assert count == {"all_to_all": 9, "split_gather": 6}
-    assert sorted((x.dp, x.tp, x.pp) for x in more.feasible if x.sp_mode == "split_gather") == sorted(ok)
+    assert sorted(
+        (x.dp, x.tp, x.pp) for x in more.feasible if x.sp_mode == "split_gather"
+    ) == sorted(ok)
     _page_has("opens 9 more feasible layouts, and `split_gather` another 6")
 
 
@@ -142,12 +185,20 @@ def test_page_grid():
         text = ", ".join("{" + ",".join(map(str, g)) + "}" for g in groups)
         _page_has(f"| `{axis}` | {text} | {stride} |")
     assert mesh.coords(5) == {"dp": 1, "pp": 0, "tp": 1, "sp": 0}
-    assert (mesh.group_of(5, "tp"), mesh.group_of(5, "pp"), mesh.group_of(5, "dp")) == ([4, 5], [5, 7], [1, 5])
-    _page_has("Rank 5, for instance, has coordinate $(d, p, t) = (1, 0, 1)$", "rank 4", "rank 7", "rank 1")
+    assert (mesh.group_of(5, "tp"), mesh.group_of(5, "pp"), mesh.group_of(5, "dp")) == (
+        [4, 5],
+        [5, 7],
+        [1, 5],
+    )
+    _page_has(
+        "Rank 5, for instance, has coordinate $(d, p, t) = (1, 0, 1)$", "rank 4", "rank 7", "rank 1"
+    )
     ulysses = Layout.for_world(8, tp=2, sp=2, sp_mode="all_to_all").mesh()
     assert ulysses.groups("sp") == [[0, 1], [2, 3], [4, 5], [6, 7]]
     assert ulysses.groups("tp") == [[0, 2], [1, 3], [4, 6], [5, 7]]
-    _page_has("the sequence groups are {0,1}, {2,3}, {4,5}, {6,7} and the tensor groups {0,2}, {1,3}, {4,6}, {5,7}")
+    _page_has(
+        "the sequence groups are {0,1}, {2,3}, {4,5}, {6,7} and the tensor groups {0,2}, {1,3}, {4,6}, {5,7}"
+    )
 
 
 def test_page_builder():
@@ -157,8 +208,13 @@ def test_page_builder():
     assert b.coords(21) == {"dp": 1, "pp": 1, "tp": 1, "sp": 0}
     assert b.group_of(21, "tp") == [20, 21, 22, 23] and b.group_of(21, "pp") == [17, 21, 25, 29]
     assert b.group_of(21, "dp") == [5, 21]
-    _page_has("Worker 21 has coordinate $(d, p, t) = (1, 1, 1)$", "workers 20, 22 and 23", "17, 21, 25, 29",
-              "worker 5", "7 partners out of 31, and only 3 of them all day")
+    _page_has(
+        "Worker 21 has coordinate $(d, p, t) = (1, 1, 1)$",
+        "workers 20, 22 and 23",
+        "17, 21, 25, 29",
+        "worker 5",
+        "7 partners out of 31, and only 3 of them all day",
+    )
 
 
 def test_page_exercise_answers():
@@ -168,17 +224,31 @@ def test_page_exercise_answers():
     search = feasible_layouts(32, QWEN2_7B, global_batch=128, microbatch=4)
     assert len(search.feasible) == 9 and all(x.tp == 8 for x, _ in search.rejected)
     _page_has("**Exercise 2.** 9")
-    assert data_degree(64, 4, 2, 1, "split_gather") == 8 and data_degree(64, 4, 2, 2, "all_to_all") == 4
+    assert (
+        data_degree(64, 4, 2, 1, "split_gather") == 8
+        and data_degree(64, 4, 2, 2, "all_to_all") == 4
+    )
     _page_has("`split_gather`: $D = 64 / (4 \\cdot 2) = 8$", "$D = 64 / (4 \\cdot 2 \\cdot 2) = 4$")
     b = RankMesh(dp=2, pp=4, tp=4)
     assert b.coords(27) == {"dp": 1, "pp": 2, "tp": 3, "sp": 0}
     assert (b.group_of(27, "tp"), b.group_of(27, "pp"), b.group_of(27, "dp")) == (
-        [24, 25, 26, 27], [19, 23, 27, 31], [11, 27])
-    _page_has("$(d, p, t) = (1, 2, 3)$; tensor group {24, 25, 26, 27}, pipeline group {19, 23, 27, 31}, data group {11, 27}")
+        [24, 25, 26, 27],
+        [19, 23, 27, 31],
+        [11, 27],
+    )
+    _page_has(
+        "$(d, p, t) = (1, 2, 3)$; tensor group {24, 25, 26, 27}, pipeline group {19, 23, 27, 31}, data group {11, 27}"
+    )
     llama3 = ModelShape(layers=32, heads=32, kv_heads=8)
     tps = [t for t in range(1, 33) if not violations(Layout(1, t), llama3)]
     assert max(tps) == 8
-    products = sorted({t * s for t in range(1, 9) for s in range(1, 9)
-                       if not violations(Layout(1, t, 1, s, "all_to_all" if s > 1 else None), llama3)})
+    products = sorted(
+        {
+            t * s
+            for t in range(1, 9)
+            for s in range(1, 9)
+            if not violations(Layout(1, t, 1, s, "all_to_all" if s > 1 else None), llama3)
+        }
+    )
     assert products == [1, 2, 4, 8]
     _page_has("$T \\cdot S \\in \\{1, 2, 4, 8\\}$")

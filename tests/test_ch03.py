@@ -9,19 +9,30 @@ from helpers.run.launch import launch
 
 def test_share_demo_two_ranks():
     """tp matches the unsplit loss; replicas agree after steps with communication; shares are in [0, 1)."""
-    run = launch("ch03_share", nproc=2, args=["--cases", "tp:2,dp:4,ddp:4", "--steps", "2", "--warmup", "1"],
-                 timeout_s=240, show="none")
+    run = launch(
+        "ch03_share",
+        nproc=2,
+        args=["--cases", "tp:2,dp:4,ddp:4", "--steps", "2", "--warmup", "1"],
+        timeout_s=240,
+        show="none",
+    )
     rows = {r["layout"]: r for r in run.rank(0)}
     assert set(rows) == {"tp", "dp", "ddp"}
     assert rows["tp"]["first_loss_diff"] < 1e-4
     for r in rows.values():
         assert r["replicas_agree"] and 0 <= r["share"] < 1
-        assert r["t_step"] > 0 and r["t_compute"] > 0 and len(r["steps_on"]) == len(r["steps_off"]) == 4
+        assert (
+            r["t_step"] > 0
+            and r["t_compute"] > 0
+            and len(r["steps_on"]) == len(r["steps_off"]) == 4
+        )
         assert r["t_comm"] == pytest.approx(max(0.0, r["t_step"] - r["t_compute"]))
         assert r["share"] == pytest.approx(r["t_comm"] / (r["t_comm"] + r["t_compute"]))
     # volumes: DP sends the gradients once (all-reduce of Ψ·4 bytes, ring factor 1 at n=2), TP 4 all-reduces
     # of b·s·h per layer; the per-rank batch of dp is half the global one
-    assert rows["dp"]["comm_bytes"] == rows["dp"]["params"] * 4 and rows["dp"]["per_rank_batch"] == 2
+    assert (
+        rows["dp"]["comm_bytes"] == rows["dp"]["params"] * 4 and rows["dp"]["per_rank_batch"] == 2
+    )
     m = rows["tp"]["model"]
     assert rows["tp"]["comm_bytes"] == 4 * m["layers"] * 2 * rows["tp"]["seq"] * m["hidden"] * 4
 
@@ -36,7 +47,9 @@ def test_share_cases_parse():
 
 
 def test_layouts_demo_cpu_dp_and_refusal():
-    run = launch("ch03_layouts", nproc=2, args=["--steps", "2", "--warmup", "1"], timeout_s=240, show="none")
+    run = launch(
+        "ch03_layouts", nproc=2, args=["--steps", "2", "--warmup", "1"], timeout_s=240, show="none"
+    )
     r = run.first(0)
     assert r["dp"] == 2 and r["step_s"] > 0 and len(r["steps"]) == 2 and r["backend"] == "gloo"
     # tensor parallelism cannot run on the CPU: the recorder keeps the error instead of aborting
@@ -46,15 +59,26 @@ def test_layouts_demo_cpu_dp_and_refusal():
 
 def _rows(link: Link, n: int = 2) -> list[dict]:
     sizes = [2**k for k in range(12, 31, 2)]
-    return [{"collective": c, "size_bytes": s, "n": n, "seconds": collective_time(c, s, n, link),
-             "busbw": 1.0} for c in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all") for s in sizes]
+    return [
+        {
+            "collective": c,
+            "size_bytes": s,
+            "n": n,
+            "seconds": collective_time(c, s, n, link),
+            "busbw": 1.0,
+        }
+        for c in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
+        for s in sizes
+    ]
 
 
 def test_calibration_uses_every_other_allreduce_size_and_predicts_the_rest():
     """On data that follow the α-β model exactly, the calibrated link is recovered and every error is 0."""
     truth = Link("truth", 300e9, 12e-6)
     table, link = chapter03.collective_table(_rows(truth), "alpha_beta")
-    assert link.bandwidth_bytes_per_s == pytest.approx(300e9) and link.latency_s == pytest.approx(12e-6)
+    assert link.bandwidth_bytes_per_s == pytest.approx(300e9) and link.latency_s == pytest.approx(
+        12e-6
+    )
     fitted = [r for r in table if r["role"] == "fit"]
     assert [r["size"] for r in fitted] == ["1M", "16M", "256M"]
     assert all(r["collective"] == "all_reduce" for r in fitted)
@@ -84,11 +108,19 @@ def test_host_floor_model():
         if r["collective"] == "all_to_all":
             r["seconds"] = max(r["seconds"], 30e-6)
     floors = chapter03.host_floors(rows)
-    assert floors["all_to_all"] == 30e-6 and floors["all_reduce"] == pytest.approx(5e-6 + 4096 / 300e9)
+    assert floors["all_to_all"] == 30e-6 and floors["all_reduce"] == pytest.approx(
+        5e-6 + 4096 / 300e9
+    )
     table, link = chapter03.collective_table(rows)  # host_floor is the default
-    assert link.bandwidth_bytes_per_s == pytest.approx(300e9) and link.latency_s == pytest.approx(5e-6)
+    assert link.bandwidth_bytes_per_s == pytest.approx(300e9) and link.latency_s == pytest.approx(
+        5e-6
+    )
     fit = [r["size"] for r in table if r["role"] == "fit"]
-    assert fit == ["4M", "64M", "1G"]  # every other all-reduce size whose time is above twice its floor
+    assert fit == [
+        "4M",
+        "64M",
+        "1G",
+    ]  # every other all-reduce size whose time is above twice its floor
     assert {r["role"] for r in table if r["size_bytes"] < 2**20} == {"floor"}
     assert abs(chapter03.worst_error(table)["error %"]) < 0.1
     naive, _ = chapter03.collective_table(rows, "alpha_beta")
@@ -98,19 +130,39 @@ def test_host_floor_model():
 
 
 def _layout_run(name, step_s, **kw):
-    r = {"tp": 1, "pp": 1, "sp": 1, "sp_mode": None, "zero": 0, "dp": 2, "microbatches": 1, "recompute": False,
-         "step_s": step_s, "peak_gib": 10.0,
-         "model": {"layers": 8, "hidden": 2048, "heads": 16, "vocab": 32000, "seq": 1024, "batch": 16}} | kw
+    r = {
+        "tp": 1,
+        "pp": 1,
+        "sp": 1,
+        "sp_mode": None,
+        "zero": 0,
+        "dp": 2,
+        "microbatches": 1,
+        "recompute": False,
+        "step_s": step_s,
+        "peak_gib": 10.0,
+        "model": {
+            "layers": 8,
+            "hidden": 2048,
+            "heads": 16,
+            "vocab": 32000,
+            "seq": 1024,
+            "batch": 16,
+        },
+    } | kw
     return {"layout": name, "results": [r]}
 
 
 def test_validation_rows_map_runs_to_planner_layouts():
     from helpers.cost.planner import VALIDATION_0B5, Hardware
 
-    runs = [_layout_run("dp=2", 0.10), _layout_run("tp=2", 0.12, tp=2, dp=1),
-            _layout_run("pp=2, m=4", 0.15, pp=2, dp=1, microbatches=4),
-            _layout_run("sp=2 all_to_all", 0.13, sp=2, sp_mode="all_to_all", dp=1),
-            {"layout": "broken", "error": "boom"}]
+    runs = [
+        _layout_run("dp=2", 0.10),
+        _layout_run("tp=2", 0.12, tp=2, dp=1),
+        _layout_run("pp=2, m=4", 0.15, pp=2, dp=1, microbatches=4),
+        _layout_run("sp=2 all_to_all", 0.13, sp=2, sp_mode="all_to_all", dp=1),
+        {"layout": "broken", "error": "boom"},
+    ]
     layout, _ = chapter03.layout_of_run(runs[2]["results"][0])
     assert (layout.pp, layout.microbatch, layout.dp) == (2, 4, 1)
     layout, _ = chapter03.layout_of_run(runs[3]["results"][0])

@@ -13,10 +13,21 @@ PAGE = (Path(__file__).resolve().parents[1] / "book" / "03_strategy.md").read_te
 
 def test_page_is_complete():
     assert "This chapter is an outline" not in PAGE
-    for key in ("ch03_volumes", "ch03_busbw", "ch03_nccl_table", "ch03_share_table", "ch03_seed_vs_planner",
-                "ch03_plan_70b", "ch03_validation"):
+    for key in (
+        "ch03_volumes",
+        "ch03_busbw",
+        "ch03_nccl_table",
+        "ch03_share_table",
+        "ch03_seed_vs_planner",
+        "ch03_plan_70b",
+        "ch03_validation",
+    ):
         assert f"```{{glue}} {key}\n:doc: ../notebooks/03_strategy.ipynb" in PAGE
-    assert "## Summary" in PAGE and "## Exercises" in PAGE and "Answers to the numeric exercises" in PAGE
+    assert (
+        "## Summary" in PAGE
+        and "## Exercises" in PAGE
+        and "Answers to the numeric exercises" in PAGE
+    )
 
 
 def test_page_quotes_the_seed_output():
@@ -27,7 +38,10 @@ def test_page_quotes_the_seed_output():
 def test_exercise_1_all_reduce():
     link_nv, link_ib = comm.NOMINAL_LINKS["nvlink4"], comm.NOMINAL_LINKS["ib_ndr"]
     assert comm.bytes_sent("all_reduce", 2 * 2**30, 8) / 2**30 == 3.5
-    assert f"{comm.collective_time('all_reduce', 2 * 2**30, 8, link_nv) * 1e3:.2f} ms on NVLink" in PAGE
+    assert (
+        f"{comm.collective_time('all_reduce', 2 * 2**30, 8, link_nv) * 1e3:.2f} ms on NVLink"
+        in PAGE
+    )
     assert f"{comm.collective_time('all_reduce', 2 * 2**30, 8, link_ib) * 1e3:.1f} ms on" in PAGE
 
 
@@ -47,16 +61,29 @@ def test_exercise_3_crossover():
 def test_exercise_4_and_5():
     first = planner.seed_report(16, 7.5).splitlines()[1]
     assert first in PAGE and "120.0 GB" in first
-    assert f"{100 * bubble_fraction(4, 8):.1f}" == "27.3" and f"{100 * bubble_fraction(4, 32):.1f}" == "8.6"
+    assert (
+        f"{100 * bubble_fraction(4, 8):.1f}" == "27.3"
+        and f"{100 * bubble_fraction(4, 32):.1f}" == "8.6"
+    )
 
 
 def test_exercise_6_calculator():
-    fits, count = planner.plan(planner.LLAMA2_70B, 1024, 1024, replace(planner.Hardware(), memory_gib=40.0))
+    fits, count = planner.plan(
+        planner.LLAMA2_70B, 1024, 1024, replace(planner.Hardware(), memory_gib=40.0)
+    )
     best = fits[0]
     assert (len(fits), count) == (201, 858) and "201 of 858 layouts" in PAGE
     L = best.layout
-    assert (L.dp, L.tp, L.pp, L.sp, L.sp_mode, L.zero_stage, L.microbatch, best.microbatches) == \
-        (8, 1, 16, 8, "all_to_all", 1, 1, 128)
+    assert (L.dp, L.tp, L.pp, L.sp, L.sp_mode, L.zero_stage, L.microbatch, best.microbatches) == (
+        8,
+        1,
+        16,
+        8,
+        "all_to_all",
+        1,
+        1,
+        128,
+    )
     second = fits[1].layout
     assert (second.dp, second.tp, second.sp_mode, second.zero_stage) == (128, 8, "split_gather", 2)
 
@@ -83,26 +110,38 @@ def test_collective_claims_match_the_record():
     rows = chapter03.measured_collectives(_recorded("ch03_collectives")["runs"])
     table, link = chapter03.collective_table(rows)
     held = [r for r in table if r["size_bytes"] >= 2**20 and r["role"] == "held out"]
-    assert len(held) == 22 and all(abs(r["error %"]) <= 25 for r in held) and "All 22 held-out rows" in PAGE
+    assert (
+        len(held) == 22
+        and all(abs(r["error %"]) <= 25 for r in held)
+        and "All 22 held-out rows" in PAGE
+    )
     worst = chapter03.worst_error(table)
     assert (worst["collective"], worst["size"], worst["error %"]) == ("all_reduce", "1M", -23.7)
     assert "**The worst is the all-reduce at 1 MiB,\n−23.7 %**" in PAGE
     big = chapter03.worst_error(table, 16 * 2**20)
     assert (big["collective"], big["size"], big["error %"]) == ("reduce_scatter", "64M", -19.6)
-    assert f"α = {link.latency_s * 1e6:.0f} µs and β = {link.bandwidth_bytes_per_s / 1e9:.0f} GB/s" in PAGE
+    assert (
+        f"α = {link.latency_s * 1e6:.0f} µs and β = {link.bandwidth_bytes_per_s / 1e9:.0f} GB/s"
+        in PAGE
+    )
     naive, _ = chapter03.collective_table(rows, "alpha_beta")
     w = chapter03.worst_error(naive)
     assert (w["collective"], w["size"], round(w["error %"])) == ("all_to_all", "1M", -33)
 
 
 def test_share_claims_match_the_record():
-    res = {(r["layout"], r["global_batch"]): r for r in _recorded("ch03_share")["runs"][0]["results"]}
+    res = {
+        (r["layout"], r["global_batch"]): r for r in _recorded("ch03_share")["runs"][0]["results"]
+    }
     shares = {k: round(r["share"], 2) for k, r in res.items()}
     assert max(shares.values()) == 0.22 and min(shares.values()) == 0.0
     for tp, dp in ((("tp", 2), ("dp", 2)), (("tp", 8), ("dp", 8)), (("tp", 32), ("dp", 32))):
         assert shares[dp] < shares[tp] and f"{shares[tp]:.2f} → {shares[dp]:.2f}" in PAGE
     assert shares[("ddp", 32)] == 0.13 and shares[("dp", 32)] == 0.04
-    assert round(res[("tp", 32)]["tokens_per_s"] / 1e3) == 467 and round(res[("dp", 32)]["tokens_per_s"] / 1e3) == 694
+    assert (
+        round(res[("tp", 32)]["tokens_per_s"] / 1e3) == 467
+        and round(res[("dp", 32)]["tokens_per_s"] / 1e3) == 694
+    )
     assert round(res[("dp", 32)]["t_comm"] * 1e3, 2) == 0.89 and "0.89 ms" in PAGE
 
 
@@ -116,7 +155,10 @@ def test_validation_claims_match_the_record():
     assert len(rows) == 8 and all("measured rank" in r for r in rows)
     top5 = sorted(rows, key=lambda r: r["measured rank"])[:5]
     assert all(r["planner rank"] == r["measured rank"] for r in top5)
-    assert round(chapter03.rank_agreement(rows), 2) == 0.93 and "Spearman's rank correlation over\nall eight is 0.93" in PAGE
+    assert (
+        round(chapter03.rank_agreement(rows), 2) == 0.93
+        and "Spearman's rank correlation over\nall eight is 0.93" in PAGE
+    )
     slowest = max(rows, key=lambda r: r["measured ms"])
     assert slowest["layout"] == "pp=2, m=8"
     below = [1 - r["planner ms"] / r["measured ms"] for r in rows if r["layout"] != "pp=2, m=8"]
@@ -130,7 +172,13 @@ def test_seed_vs_planner_claims():
     assert round(first["memory GiB"]) == 52 and "about 52 GiB" in PAGE
     assert first["planner rank"] == 10 and "is tenth of twelve" in PAGE
     ranked = sorted((r for r in rows if r["planner rank"] != "-"), key=lambda r: r["planner rank"])
-    assert (ranked[0]["dp×tp×pp"], ranked[0]["seed rank"]) == ("16×2×1", 3) and "is the guide's third" in PAGE
-    assert (ranked[1]["dp×tp×pp"], ranked[1]["seed rank"]) == ("8×4×1", 7) and "is\nthe guide's seventh" in PAGE
+    assert (ranked[0]["dp×tp×pp"], ranked[0]["seed rank"]) == (
+        "16×2×1",
+        3,
+    ) and "is the guide's third" in PAGE
+    assert (ranked[1]["dp×tp×pp"], ranked[1]["seed rank"]) == (
+        "8×4×1",
+        7,
+    ) and "is\nthe guide's seventh" in PAGE
     assert by_combo["16×1×2"]["planner rank"] == 12 and by_combo["8×1×4"]["planner rank"] == 11
     assert round(100 * bubble_fraction(2, 4)) == 20 and round(100 * bubble_fraction(4, 8)) == 27

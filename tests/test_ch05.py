@@ -18,9 +18,21 @@ import pytest
 import torch
 
 from helpers.train import checkpoint as ckpt
-from helpers.chapters.ch05_launch import build_plugin, compare_final_weights, hostfile_commands, losses_from_lines
+from helpers.chapters.ch05_launch import (
+    build_plugin,
+    compare_final_weights,
+    hostfile_commands,
+    losses_from_lines,
+)
 from helpers.config.schema import load_config
-from helpers.run.launch import LAUNCHER, REPO_ROOT, LaunchError, LaunchTimeout, _failing_rank, launch
+from helpers.run.launch import (
+    LAUNCHER,
+    REPO_ROOT,
+    LaunchError,
+    LaunchTimeout,
+    _failing_rank,
+    launch,
+)
 
 CONFIG = "helpers/demos/ch05_tiny.yaml"
 ARGS = ["--config", CONFIG, "--bucket_cap_mb", "0.05"]
@@ -30,22 +42,52 @@ TIMEOUT = 240
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     full_dir, crash_dir = tmp_path_factory.mktemp("full"), tmp_path_factory.mktemp("crash")
-    full = launch("ch05_train", 2, ARGS + ["--checkpoint_dir", str(full_dir)], show="none", timeout_s=TIMEOUT)
+    full = launch(
+        "ch05_train", 2, ARGS + ["--checkpoint_dir", str(full_dir)], show="none", timeout_s=TIMEOUT
+    )
     start = time.monotonic()
     with pytest.raises(LaunchError) as killed:
-        launch("ch05_train", 2, ARGS + ["--checkpoint_dir", str(crash_dir), "--kill_at", "6", "--kill_rank", "1",
-                                        "--kill_in_save"], show="none", timeout_s=TIMEOUT)
+        launch(
+            "ch05_train",
+            2,
+            ARGS
+            + [
+                "--checkpoint_dir",
+                str(crash_dir),
+                "--kill_at",
+                "6",
+                "--kill_rank",
+                "1",
+                "--kill_in_save",
+            ],
+            show="none",
+            timeout_s=TIMEOUT,
+        )
     killed_s = time.monotonic() - start
     after_kill = sorted(p.name for p in crash_dir.iterdir())
-    resumed = launch("ch05_train", 2, ARGS + ["--checkpoint_dir", str(crash_dir), "--resume"], show="none",
-                     timeout_s=TIMEOUT)
-    return dict(full=full, full_dir=full_dir, crash_dir=crash_dir, killed=killed.value, killed_s=killed_s,
-                after_kill=after_kill, resumed=resumed)
+    resumed = launch(
+        "ch05_train",
+        2,
+        ARGS + ["--checkpoint_dir", str(crash_dir), "--resume"],
+        show="none",
+        timeout_s=TIMEOUT,
+    )
+    return dict(
+        full=full,
+        full_dir=full_dir,
+        crash_dir=crash_dir,
+        killed=killed.value,
+        killed_s=killed_s,
+        after_kill=after_kill,
+        resumed=resumed,
+    )
 
 
 def test_a_killed_rank_ends_the_job_and_is_named(runs):
     err = runs["killed"]
-    assert not isinstance(err, LaunchTimeout) and runs["killed_s"] < TIMEOUT  # torchrun ended it: no hang
+    assert (
+        not isinstance(err, LaunchTimeout) and runs["killed_s"] < TIMEOUT
+    )  # torchrun ended it: no hang
     assert err.rank == 1 and err.returncode != 0
     assert "on rank 1" in str(err) and "rank 1 killed while saving step 6" in str(err)
 
@@ -63,19 +105,32 @@ def test_resume_is_bitwise_equal_to_an_uninterrupted_run(runs):
     assert full["final"] and resumed["final"]
     assert resumed["losses"] == full["losses"]  # every float identical, not merely close
     assert resumed["digest"] == full["digest"]
-    same = compare_final_weights(runs["crash_dir"] / "step_00000008", runs["full_dir"] / "step_00000008")
+    same = compare_final_weights(
+        runs["crash_dir"] / "step_00000008", runs["full_dir"] / "step_00000008"
+    )
     assert same["max_abs_diff"] == 0.0 and same["same_digest"] and same["tensors"] > 10
     meta = ckpt.read_meta(runs["crash_dir"] / "step_00000008")
-    assert meta["step"] == 8 and meta["data"] == {"epoch": 2, "batch_in_epoch": 0, "samples_seen": 64}
-    assert not (runs["crash_dir"] / ".tmp-step_00000006").exists()  # the resumed run's save replaced it
+    assert meta["step"] == 8 and meta["data"] == {
+        "epoch": 2,
+        "batch_in_epoch": 0,
+        "samples_seen": 64,
+    }
+    assert not (
+        runs["crash_dir"] / ".tmp-step_00000006"
+    ).exists()  # the resumed run's save replaced it
     # keep_last: 2 in the config: step 3 went once step 8 was published
     assert sorted(p.name for p in runs["crash_dir"].iterdir()) == ["step_00000006", "step_00000008"]
 
 
 def test_resume_refuses_a_different_world_size(runs):
     with pytest.raises(LaunchError) as info:
-        launch("ch05_train", 1, ARGS + ["--checkpoint_dir", str(runs["crash_dir"]), "--resume"], show="none",
-               timeout_s=TIMEOUT)
+        launch(
+            "ch05_train",
+            1,
+            ARGS + ["--checkpoint_dir", str(runs["crash_dir"]), "--resume"],
+            show="none",
+            timeout_s=TIMEOUT,
+        )
     message = str(info.value)
     assert "IncompatibleCheckpoint" in message and "cannot resume step_00000008" in message
     assert "world_size 2 -> 1" in message and "data 2 -> 1" in message
@@ -102,7 +157,9 @@ def test_sigkill_inside_an_atomic_save_never_publishes_it(tmp_path):
     with ckpt.atomic_dir(ckpt.step_dir(tmp_path, 6)) as tmp:  # the next save of step 6 starts clean
         assert list(tmp.iterdir()) == []
         (tmp / "model.pt").write_bytes(b"complete")
-    with ckpt.atomic_dir(ckpt.step_dir(tmp_path, 6)) as tmp:  # saving a step again replaces it whole
+    with ckpt.atomic_dir(
+        ckpt.step_dir(tmp_path, 6)
+    ) as tmp:  # saving a step again replaces it whole
         (tmp / "optimizer.pt").write_bytes(b"new")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["step_00000003", "step_00000006"]
     assert [p.name for p in (tmp_path / "step_00000006").iterdir()] == ["optimizer.pt"]
@@ -113,7 +170,10 @@ def test_sigkill_inside_an_atomic_save_never_publishes_it(tmp_path):
 
 def test_sampler_resumes_mid_epoch():
     data = list(range(24))
-    whole = [list(ckpt.ResumableSampler(data, num_replicas=2, rank=r, shuffle=True, seed=5)) for r in (0, 1)]
+    whole = [
+        list(ckpt.ResumableSampler(data, num_replicas=2, rank=r, shuffle=True, seed=5))
+        for r in (0, 1)
+    ]
     for r in (0, 1):
         s = ckpt.ResumableSampler(data, num_replicas=2, rank=r, shuffle=True, seed=5)
         s.set_position(epoch=0, start=8)
@@ -139,13 +199,17 @@ def test_rng_state_round_trip():
 def test_layout_mismatch_message_says_what_and_why(tmp_path):
     saved = {"world_size": 2, "data": 2, "micro_batch": 2}
     with pytest.raises(ckpt.IncompatibleCheckpoint, match=r"world_size 2 -> 4.*RNG stream"):
-        ckpt.check_layout(saved, {"world_size": 4, "data": 4, "micro_batch": 2}, tmp_path / "step_00000003")
+        ckpt.check_layout(
+            saved, {"world_size": 4, "data": 4, "micro_batch": 2}, tmp_path / "step_00000003"
+        )
     ckpt.check_layout(saved, dict(saved), tmp_path)
 
 
 def test_model_parallel_configs_are_refused_on_the_cpu_with_a_reason():
     cfg = load_config(CONFIG, world_size=4).with_changes({"parallelism": {"data": 2, "tensor": 2}})
-    with pytest.raises(RuntimeError, match=r"HybridParallelPlugin\) needs GPUs.*issue #5211.*4 CUDA GPUs"):
+    with pytest.raises(
+        RuntimeError, match=r"HybridParallelPlugin\) needs GPUs.*issue #5211.*4 CUDA GPUs"
+    ):
         build_plugin(cfg, torch.device("cpu"))
 
 
@@ -156,26 +220,59 @@ def test_colossalai_run_hostfile_translates_to_one_torchrun_per_node(tmp_path):
     assert [h for h, _ in cmds] == ["node-a", "node-b"]
     for rank, (_, cmd) in enumerate(cmds):
         assert cmd.startswith("torchrun --nproc_per_node=8 --nnodes=2 ")
-        assert f"--node_rank={rank} --master_addr=node-a --master_port=29500 -m helpers.demos.ch05_train" in cmd
+        assert (
+            f"--node_rank={rank} --master_addr=node-a --master_port=29500 -m helpers.demos.ch05_train"
+            in cmd
+        )
 
 
 def test_a_signalled_rank_wins_over_torchruns_same_second_tie_break():
-    launcher = ["Root Cause (first observed failure):", "[0]:", "  rank      : 0 (local_rank: 0)",
-                "  exitcode  : 1 (pid: 11)", "[1]:", "  rank      : 1 (local_rank: 1)",
-                "  exitcode  : -9 (pid: 12)  (SIGKILL)"]
-    knock_on = ["Traceback (most recent call last):", "RuntimeError: [pair.cc:553] Connection closed by peer"]
+    launcher = [
+        "Root Cause (first observed failure):",
+        "[0]:",
+        "  rank      : 0 (local_rank: 0)",
+        "  exitcode  : 1 (pid: 11)",
+        "[1]:",
+        "  rank      : 1 (local_rank: 1)",
+        "  exitcode  : -9 (pid: 12)  (SIGKILL)",
+    ]
+    knock_on = [
+        "Traceback (most recent call last):",
+        "RuntimeError: [pair.cc:553] Connection closed by peer",
+    ]
     assert _failing_rank({0: knock_on, 1: ["FAULT rank 1 killed"], LAUNCHER: launcher}) == 1
-    sigterm = ["Root Cause (first observed failure):", "[0]:", "  rank      : 0 (local_rank: 0)",
-               "  exitcode  : -15 (pid: 11)  (SIGTERM)"]
+    sigterm = [
+        "Root Cause (first observed failure):",
+        "[0]:",
+        "  rank      : 0 (local_rank: 0)",
+        "  exitcode  : -15 (pid: 11)  (SIGTERM)",
+    ]
     assert _failing_rank({0: [], LAUNCHER: sigterm}) == 0  # torchrun's own SIGTERM is not a cause
 
 
 def test_reshard_accepts_another_split_but_not_another_run(tmp_path):
-    saved = {"world_size": 2, "data": 2, "tensor": 1, "pipeline": 1, "sequence": 1, "batch_size": 8,
-             "micro_batch": 2, "seed": 0}
-    ckpt.check_layout(saved, {**saved, "world_size": 1, "data": 1, "tensor": 2, "micro_batch": 8}, tmp_path, reshard=True)
-    with pytest.raises(ckpt.IncompatibleCheckpoint, match=r"cannot reshard .*batch_size 8 -> 16.*global batch"):
-        ckpt.check_layout(saved, {**saved, "batch_size": 16}, tmp_path / "step_00000003", reshard=True)
+    saved = {
+        "world_size": 2,
+        "data": 2,
+        "tensor": 1,
+        "pipeline": 1,
+        "sequence": 1,
+        "batch_size": 8,
+        "micro_batch": 2,
+        "seed": 0,
+    }
+    ckpt.check_layout(
+        saved,
+        {**saved, "world_size": 1, "data": 1, "tensor": 2, "micro_batch": 8},
+        tmp_path,
+        reshard=True,
+    )
+    with pytest.raises(
+        ckpt.IncompatibleCheckpoint, match=r"cannot reshard .*batch_size 8 -> 16.*global batch"
+    ):
+        ckpt.check_layout(
+            saved, {**saved, "batch_size": 16}, tmp_path / "step_00000003", reshard=True
+        )
 
 
 def test_resume_under_another_layout_continues_the_run(tmp_path):
@@ -187,7 +284,9 @@ def test_resume_under_another_layout_continues_the_run(tmp_path):
     source, scratch, resumed = out["runs"]
     assert all(r["ok"] for r in out["runs"])
     assert any("under a new layout" in line and "re-seeded" in line for line in resumed["notes"])
-    assert resumed["losses"][:3] == source["losses"][:3]  # carried over from the checkpoint's meta.json
+    assert (
+        resumed["losses"][:3] == source["losses"][:3]
+    )  # carried over from the checkpoint's meta.json
     assert out["max_loss_diff_vs_source"] < 1e-5 and out["weights_vs_source"]["max_abs_diff"] < 1e-5
     assert out["max_loss_diff_from_scratch"] < 1e-5
 
@@ -195,8 +294,12 @@ def test_resume_under_another_layout_continues_the_run(tmp_path):
 def test_gpu_comm_share_counts_only_nccl_time_no_other_kernel_hides():
     from helpers.train.signals import kernel_comm_times
 
-    kernels = [(0, 10, "ampere_bf16_gemm"), (5, 20, "ncclDevKernel_AllReduce_Sum_bf16_RING_LL"),
-               (18, 30, "elementwise_kernel"), (25, 40, "ncclDevKernel_AllGather_RING_LL")]
+    kernels = [
+        (0, 10, "ampere_bf16_gemm"),
+        (5, 20, "ncclDevKernel_AllReduce_Sum_bf16_RING_LL"),
+        (18, 30, "elementwise_kernel"),
+        (25, 40, "ncclDevKernel_AllGather_RING_LL"),
+    ]
     busy, exposed = kernel_comm_times(kernels)
     assert busy == 30  # 5..20 and 25..40
     assert exposed == 30 - (5 + 2 + 5)  # minus 5..10, 18..20 and 25..30, where compute ran too
@@ -209,7 +312,11 @@ def test_prune_keeps_the_newest_and_the_one_just_written(tmp_path):
     (tmp_path / ".tmp-step_00000015").mkdir()  # an interrupted save is not a checkpoint: left alone
     gone = ckpt.prune(tmp_path, 2)
     assert [p.name for p in gone] == ["step_00000003", "step_00000006"]
-    assert sorted(p.name for p in tmp_path.iterdir()) == [".tmp-step_00000015", "step_00000009", "step_00000012"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        ".tmp-step_00000015",
+        "step_00000009",
+        "step_00000012",
+    ]
     # a resumed run that re-saved step 9 while an earlier run had gone further keeps its own save
     assert ckpt.prune(tmp_path, 1, protect=ckpt.step_dir(tmp_path, 9)) == []
     with pytest.raises(ValueError, match="at least 1"):
@@ -225,7 +332,9 @@ def test_kill_and_resume_at_eight_ranks(tmp_path):
     not pinned down."""
     from helpers.record.ch05 import kill_and_resume
 
-    kr = kill_and_resume("dp8", tmp_path, "none", config="helpers/configs/ch05_cpu_dp8.yaml", nproc=8, kill_rank=6)
+    kr = kill_and_resume(
+        "dp8", tmp_path, "none", config="helpers/configs/ch05_cpu_dp8.yaml", nproc=8, kill_rank=6
+    )
     full, killed, resumed = kr["runs"]
     assert full["ok"] and resumed["ok"] and killed["failed_rank"] == 6
     assert kr["on_disk_after_kill"] == ["step_00000003"]

@@ -16,12 +16,42 @@ LAYOUTS = {  # name: (config dict, processes)
     "tiny_gpu_hybrid": ("helpers/configs/tiny_gpu_hybrid.yaml", 8),
     "pp2": ("helpers/configs/ch05_gpu_pp2.yaml", 2),
     "dp16": ("helpers/configs/dp16_fp32.yaml", 16),
-    "tp2_sp_zero2": ({"parallelism": {"data": 2, "tensor": 2, "sequence_mode": "split_gather", "zero_stage": 2},
-                      "train": {"batch_size": 8, "learning_rate": 1e-3, "precision": "bf16"}}, 4),
-    "ulysses": ({"parallelism": {"data": 1, "sequence": 2, "sequence_mode": "all_to_all", "zero_stage": 1},
-                 "train": {"batch_size": 8, "learning_rate": 1e-3, "precision": "bf16", "max_grad_norm": 1.0}}, 2),
-    "zero3": ({"parallelism": {"data": 4, "zero_stage": 3}, "train": {"batch_size": 8, "learning_rate": 1e-3,
-                                                                      "precision": "bf16"}}, 4),
+    "tp2_sp_zero2": (
+        {
+            "parallelism": {
+                "data": 2,
+                "tensor": 2,
+                "sequence_mode": "split_gather",
+                "zero_stage": 2,
+            },
+            "train": {"batch_size": 8, "learning_rate": 1e-3, "precision": "bf16"},
+        },
+        4,
+    ),
+    "ulysses": (
+        {
+            "parallelism": {
+                "data": 1,
+                "sequence": 2,
+                "sequence_mode": "all_to_all",
+                "zero_stage": 1,
+            },
+            "train": {
+                "batch_size": 8,
+                "learning_rate": 1e-3,
+                "precision": "bf16",
+                "max_grad_norm": 1.0,
+            },
+        },
+        2,
+    ),
+    "zero3": (
+        {
+            "parallelism": {"data": 4, "zero_stage": 3},
+            "train": {"batch_size": 8, "learning_rate": 1e-3, "precision": "bf16"},
+        },
+        4,
+    ),
 }
 
 
@@ -53,8 +83,13 @@ def test_same_layout_everywhere(name):
     args, _ = fw.to_megatron(cfg)
     value = lambda flag: args[args.index(flag) + 1]  # noqa: E731
     # batch arithmetic: DeepSpeed's rule train = micro × accumulation × data
-    assert ds["train_batch_size"] == ds["train_micro_batch_size_per_gpu"] * ds["gradient_accumulation_steps"] \
-        * cfg.data_degree == t.batch_size
+    assert (
+        ds["train_batch_size"]
+        == ds["train_micro_batch_size_per_gpu"]
+        * ds["gradient_accumulation_steps"]
+        * cfg.data_degree
+        == t.batch_size
+    )
     assert int(value("--global-batch-size")) == t.batch_size
     assert int(value("--micro-batch-size")) == cfg.micro_batch
     assert int(value("--tensor-model-parallel-size")) == p.tensor
@@ -87,8 +122,18 @@ def test_offload_needs_zero():
 
 def test_feature_table_complete():
     features = [row[0] for row in fw.FEATURES]
-    for needed in ("ZeRO stages", "Offload", "Tensor parallelism", "Megatron-style SP", "Ulysses / ring attention",
-                   "Pipeline schedules", "MoE / expert parallelism", "Checkpoint formats", "Launcher", "Config style"):
+    for needed in (
+        "ZeRO stages",
+        "Offload",
+        "Tensor parallelism",
+        "Megatron-style SP",
+        "Ulysses / ring attention",
+        "Pipeline schedules",
+        "MoE / expert parallelism",
+        "Checkpoint formats",
+        "Launcher",
+        "Config style",
+    ):
         assert needed in features
     assert all(len(row) == len(fw.FEATURE_COLUMNS) and all(row) for row in fw.FEATURES)
     assert set(fw.VERSIONS) == {"Colossal-AI", "DeepSpeed", "Megatron-LM"}
@@ -101,7 +146,14 @@ def test_colossal_feature_names_exist():
     from helpers.config.plugin import plugin_class
 
     hybrid = inspect.signature(plugin_class("HybridParallelPlugin")).parameters
-    for name in ("tp_size", "sp_size", "zero_stage", "cpu_offload", "pp_style", "sequence_parallelism_mode"):
+    for name in (
+        "tp_size",
+        "sp_size",
+        "zero_stage",
+        "cpu_offload",
+        "pp_style",
+        "sequence_parallelism_mode",
+    ):
         assert name in hybrid
     gemini = inspect.signature(plugin_class("GeminiPlugin")).parameters
     for name in ("placement_policy", "offload_optim_frac", "offload_param_frac"):
@@ -112,7 +164,10 @@ def test_colossal_feature_names_exist():
 def test_mapping_rows():
     cfg, procs = _cfg("tiny_gpu_hybrid")
     rows = fw.mapping_rows(cfg, procs)
-    assert rows[0]["Megatron-LM"] == "--tensor-model-parallel-size 2" and rows[0]["Colossal-AI"] == "tp_size = 2"
+    assert (
+        rows[0]["Megatron-LM"] == "--tensor-model-parallel-size 2"
+        and rows[0]["Colossal-AI"] == "tp_size = 2"
+    )
     assert rows[3]["Megatron-LM"] == "--use-distributed-optimizer"
 
 
@@ -121,8 +176,16 @@ def test_page_quotes_the_stored_cpu_losses():
 
     page = (ROOT / "book/06_frameworks.md").read_text()
     nb = json.loads((ROOT / "notebooks/06_frameworks.ipynb").read_text())
-    text = "".join("".join(o.get("text", "")) for c in nb["cells"] if c["cell_type"] == "code" for o in c.get("outputs", []))
+    text = "".join(
+        "".join(o.get("text", ""))
+        for c in nb["cells"]
+        if c["cell_type"] == "code"
+        for o in c.get("outputs", [])
+    )
     line = next(ln for ln in text.splitlines() if ln.startswith("fsdp2"))
     losses = line.split("[")[1].split("]")[0].split(", ")
     assert "(" + ", ".join(f"{float(x):.3f}" for x in losses) + ")" in page
-    assert "still to be recorded" not in page and "python -m helpers.record.ch08 --record --parts compare" in page
+    assert (
+        "still to be recorded" not in page
+        and "python -m helpers.record.ch08 --record --parts compare" in page
+    )

@@ -28,7 +28,9 @@ def _record() -> dict:
 
 def _runs() -> dict[bool, dict]:
     """The two runs keyed by enable_async_reduce, from the recorded plugin kwargs (default: on)."""
-    return {r["results"][0]["plugin_kw"].get("enable_async_reduce", True): r for r in _record()["runs"]}
+    return {
+        r["results"][0]["plugin_kw"].get("enable_async_reduce", True): r for r in _record()["runs"]
+    }
 
 
 def _page() -> str:
@@ -51,10 +53,14 @@ def test_async_reduce_decides_the_nan():
     assert set(runs) == {True, False} and all(r["ok"] for r in runs.values())
     on, off = runs[True]["results"], runs[False]["results"]
     # the only difference between the two runs is the option
-    strip = lambda args: [a for a in args if a not in ("--plugin_kw", "enable_async_reduce=False")][:-2]
+    strip = lambda args: [a for a in args if a not in ("--plugin_kw", "enable_async_reduce=False")][
+        :-2
+    ]
     assert strip(runs[True]["args"]) == strip(runs[False]["args"])
     for r in on:  # default: NaN from the third step on, on both ranks
-        assert all(math.isfinite(x) for x in r["losses"][:2]) and not any(math.isfinite(x) for x in r["losses"][2:])
+        assert all(math.isfinite(x) for x in r["losses"][:2]) and not any(
+            math.isfinite(x) for x in r["losses"][2:]
+        )
     for r in off:  # async reduce off: every loss finite
         assert len(r["losses"]) == 14 and all(math.isfinite(x) for x in r["losses"])
     assert [r["losses"][:2] for r in on] == [r["losses"][:2] for r in off]  # the same until the NaN
@@ -67,8 +73,14 @@ def test_async_reduce_decides_the_nan():
 def test_helpers_rows_and_points():
     points, rows = show.gemini_points(), {r["enable_async_reduce"]: r for r in show.gemini_rows()}
     assert not points[True]["valid"] and points[False]["valid"]
-    assert rows["True"]["valid"] == "NO: loss not finite from step 3 on" and rows["False"]["valid"] == "yes"
-    assert rows["True"]["first non-finite step"] == "3 of 14" and rows["False"]["first non-finite step"] == "none of 14"
+    assert (
+        rows["True"]["valid"] == "NO: loss not finite from step 3 on"
+        and rows["False"]["valid"] == "yes"
+    )
+    assert (
+        rows["True"]["first non-finite step"] == "3 of 14"
+        and rows["False"]["first non-finite step"] == "none of 14"
+    )
     for flag, run in _runs().items():
         r0 = run["results"][0]
         assert rows[str(flag)]["tokens/s"] == f"{r0['tokens_per_s']:,}"
@@ -86,11 +98,20 @@ def test_first_nonfinite_step_and_fix_text_synthetic():
     assert show.async_reduce({"results": [{"plugin_kw": {"enable_async_reduce": False}}]}) is False
 
     def p(valid, tps=1000, mfu=0.1):
-        return {"name": "g", "valid": valid, "reason": "ok" if valid else "loss not finite from step 3 on",
-                "tokens_per_s": tps, "mfu": mfu}
+        return {
+            "name": "g",
+            "valid": valid,
+            "reason": "ok" if valid else "loss not finite from step 3 on",
+            "tokens_per_s": tps,
+            "mfu": mfu,
+        }
+
     assert _gemini_fix({}) == "" and _gemini_fix({True: p(False)}) == ""
     fixed = _gemini_fix({True: p(False), False: p(True, 2000, 0.2)})
-    assert "2.0k tokens/s, MFU 20.0 %, loss within 0.05" in fixed and "loss not finite from step 3 on again" in fixed
+    assert (
+        "2.0k tokens/s, MFU 20.0 %, loss within 0.05" in fixed
+        and "loss not finite from step 3 on again" in fixed
+    )
     assert "still INVALID" in _gemini_fix({True: p(False), False: p(False)})
 
 
@@ -98,9 +119,13 @@ def test_first_nonfinite_step_and_fix_text_synthetic():
 def test_decision_table_cites_the_fix():
     rows = decision_rows()
     off = _runs()[False]["results"][0]
-    assert "INVALID (loss not finite from step 3 on)" in rows[1]["evidence"]  # the comparison's run stays invalid
-    assert (f"with enable_async_reduce=False (part gemini, same model): {off['tokens_per_s'] / 1000:.1f}k tokens/s, "
-            f"MFU {100 * off['mfu']:.1f} %, loss within 0.05 of the reference") in rows[1]["evidence"]
+    assert (
+        "INVALID (loss not finite from step 3 on)" in rows[1]["evidence"]
+    )  # the comparison's run stays invalid
+    assert (
+        f"with enable_async_reduce=False (part gemini, same model): {off['tokens_per_s'] / 1000:.1f}k tokens/s, "
+        f"MFU {100 * off['mfu']:.1f} %, loss within 0.05 of the reference"
+    ) in rows[1]["evidence"]
     assert "enable_async_reduce=False" in rows[1]["choose"]
     assert sum("INVALID" in r["evidence"] for r in rows) == 1
     assert "enable_async_reduce=False" in _glued_html("ch06-decision")
@@ -113,14 +138,19 @@ def test_page_quotes_the_record():
     mean_on, mean_off = mean_losses(on), mean_losses(off)
     ref = off[0]["reference"]
     three = lambda xs: ", ".join(f"{x:.3f}" for x in xs[:3])
-    texts = [f"commit `{record['provenance']['git_commit'][:7]}`", record["provenance"]["command"],
-             f"{mean_on[0]:.3f}, {mean_on[1]:.3f}, then NaN from step 3 to the last of the {len(mean_on)} steps",
-             f"{on[0]['tokens_per_s']:,} tokens/s", f"every one of the {len(mean_off)} losses is finite",
-             f"({three(mean_off)}) match the reference ({three(ref)}) to {loss_verdict(off)['max_ref_gap']}",
-             f"{off[0]['tokens_per_s']:,} tokens/s, MFU {100 * off[0]['mfu']:.1f} %",
-             f"same {max(r['peak_mib'] for r in off) / 1024:.1f} GiB peak",
-             f"all {len(mean_off)} losses were finite", f"at {off[0]['tokens_per_s']:,} tokens/s (MFU {100 * off[0]['mfu']:.1f} %)",
-             "```{glue} ch06-gemini\n:doc: ../notebooks/06_frameworks.ipynb\n```"]
+    texts = [
+        f"commit `{record['provenance']['git_commit'][:7]}`",
+        record["provenance"]["command"],
+        f"{mean_on[0]:.3f}, {mean_on[1]:.3f}, then NaN from step 3 to the last of the {len(mean_on)} steps",
+        f"{on[0]['tokens_per_s']:,} tokens/s",
+        f"every one of the {len(mean_off)} losses is finite",
+        f"({three(mean_off)}) match the reference ({three(ref)}) to {loss_verdict(off)['max_ref_gap']}",
+        f"{off[0]['tokens_per_s']:,} tokens/s, MFU {100 * off[0]['mfu']:.1f} %",
+        f"same {max(r['peak_mib'] for r in off) / 1024:.1f} GiB peak",
+        f"all {len(mean_off)} losses were finite",
+        f"at {off[0]['tokens_per_s']:,} tokens/s (MFU {100 * off[0]['mfu']:.1f} %)",
+        "```{glue} ch06-gemini\n:doc: ../notebooks/06_frameworks.ipynb\n```",
+    ]
     assert max(r["peak_mib"] for r in on) == max(r["peak_mib"] for r in off)
     text = _page()
     missing = [t for t in texts if " ".join(t.split()) not in text]

@@ -10,13 +10,19 @@ import torch
 
 from helpers.run.launch import LaunchError, launch
 from helpers.cost.memory import model_states
-from helpers.parallel.zero import adam_step_, comm_bytes_per_step, flat_layout, predicted_optimizer_bytes
+from helpers.parallel.zero import (
+    adam_step_,
+    comm_bytes_per_step,
+    flat_layout,
+    predicted_optimizer_bytes,
+)
 
 TOL = 1e-5  # the demo's own fp32 tolerance on the CPU
 PSI = 8 * 32 + 32 + 32 + 1  # the demo's MLP 8 -> 32 -> 1: 321 parameters
 
 
 # ---------------------------------------------------------------- in-process, no torchrun
+
 
 def test_flat_layout_pads_to_equal_shards():
     lay = flat_layout(PSI, 4)
@@ -39,7 +45,9 @@ def test_prediction_and_comm_bytes():
     assert predicted == model_states(PSI, "fp32", 1, dp=4)[2] == 8 * PSI / 4
     assert predicted + padding == 8 * lay.shard  # m and v of one padded slice
     comm = comm_bytes_per_step(lay, 4)
-    assert comm["reduce_scatter"] == comm["all_gather"] == 3 * 81 * 4  # (N-1)/N of the 1296 B buffer
+    assert (
+        comm["reduce_scatter"] == comm["all_gather"] == 3 * 81 * 4
+    )  # (N-1)/N of the 1296 B buffer
     assert comm["total"] == comm["all_reduce"] == 2 * 3 * 1296 // 4
 
 
@@ -64,10 +72,13 @@ def test_adam_steps_bitwise_equal_torch_optim_adam():
         adam_step_(mine_w, grad, m, v, step, 1e-2)
     assert torch.equal(fn_w.detach(), opt_w.detach())
     assert torch.equal(mine_w, opt_w.detach())
-    assert torch.equal(m, opt.state[opt_w]["exp_avg"]) and torch.equal(v, opt.state[opt_w]["exp_avg_sq"])
+    assert torch.equal(m, opt.state[opt_w]["exp_avg"]) and torch.equal(
+        v, opt.state[opt_w]["exp_avg_sq"]
+    )
 
 
 # ---------------------------------------------------------------- torchrun launches
+
 
 @pytest.mark.parametrize("nproc", [2, 4])
 def test_zero1_matches_adam_and_shards_optimizer_state(nproc):
@@ -84,12 +95,24 @@ def test_zero1_matches_adam_and_shards_optimizer_state(nproc):
         assert out["padding_bytes"] == 8 * lay.pad / nproc
         assert out["optimizer_bytes"] == predicted + 8 * lay.pad / nproc == 8 * lay.shard
         assert out["unsharded_optimizer_bytes"] == 8 * PSI
-        assert out["unsharded_optimizer_bytes"] / out["optimizer_bytes"] == pytest.approx(nproc, rel=0.01)
-        assert out["comm_reduce_scatter_bytes"] == out["comm_all_gather_bytes"] == (nproc - 1) * lay.shard * 4
-        assert out["comm_total_bytes"] == out["comm_all_reduce_bytes"] == 2 * (nproc - 1) * lay.padded * 4 // nproc
+        assert out["unsharded_optimizer_bytes"] / out["optimizer_bytes"] == pytest.approx(
+            nproc, rel=0.01
+        )
+        assert (
+            out["comm_reduce_scatter_bytes"]
+            == out["comm_all_gather_bytes"]
+            == (nproc - 1) * lay.shard * 4
+        )
+        assert (
+            out["comm_total_bytes"]
+            == out["comm_all_reduce_bytes"]
+            == 2 * (nproc - 1) * lay.padded * 4 // nproc
+        )
     print(f"ch07_zero1 on {nproc} ranks: {res.seconds:.1f} s")
 
 
 def test_zero1_rejects_uneven_batch():
-    with pytest.raises(LaunchError, match="global batch B=5 must be divisible by the data-parallel size N=2"):
+    with pytest.raises(
+        LaunchError, match="global batch B=5 must be divisible by the data-parallel size N=2"
+    ):
         launch("ch07_zero1", nproc=2, args=["--batch", "5"], show="none")

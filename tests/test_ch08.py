@@ -17,7 +17,9 @@ def lab(name):  # each lab runs once per test session
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_lab_diagnosed(name):
     run = lab(name)
-    assert run.returncode not in (0, None), run.log[-2000:]  # it failed, and by itself (not our timeout)
+    assert run.returncode not in (0, None), run.log[
+        -2000:
+    ]  # it failed, and by itself (not our timeout)
     assert run.diagnosis.kind == EXPECTED[name], f"{run.diagnosis}\n{run.log[-2000:]}"
     assert run.diagnosis.fix
 
@@ -41,13 +43,13 @@ def test_recompute_fixes_cpu_oom():
 
 GPU_LOGS = {
     "out_of_memory": "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total "
-                     "capacity of 139.81 GiB of which 1.2 GiB is free.",
+    "capacity of 139.81 GiB of which 1.2 GiB is free.",
     "collective_mismatch": "[rank0]:[E ProcessGroupNCCL.cpp:632] [Rank 0] Watchdog caught collective operation "
-                           "timeout: WorkNCCL(SeqNum=5, OpType=ALLREDUCE, NumelIn=1024, Timeout(ms)=5000) ran for "
-                           "5001 milliseconds before timing out.",
+    "timeout: WorkNCCL(SeqNum=5, OpType=ALLREDUCE, NumelIn=1024, Timeout(ms)=5000) ran for "
+    "5001 milliseconds before timing out.",
     "init_hang": "torch.distributed.elastic.rendezvous.api.RendezvousTimeoutError",
     "rank_crash": "  rank      : 3 (local_rank: 3)\n  exitcode  : -6 (pid: 99)\n  traceback : Signal 6 (SIGABRT) "
-                  "received by PID 99",
+    "received by PID 99",
     "none": "step 1 loss 2.3\nRESULT {}",
 }
 
@@ -71,11 +73,22 @@ def test_page_numbers():
 
     page = (Path(__file__).resolve().parent.parent / "book/08_troubleshooting.md").read_text()
     nvlink, ib = tp_placement_rows()
-    assert f"about {nvlink['comm share'][:-1]} %" in page and f"about {ib['comm share'][:-1]} %" in page
-    shape, tokens = LlamaShape(layers=16, hidden=64, heads=2, kv_heads=2, vocab=256), 16 * 256  # ch08_fail oom
-    full = shape.layers * layer_activation_bytes(shape, tokens, 256, 4) + head_activation_bytes(shape, tokens, 4)
+    assert (
+        f"about {nvlink['comm share'][:-1]} %" in page
+        and f"about {ib['comm share'][:-1]} %" in page
+    )
+    shape, tokens = (
+        LlamaShape(layers=16, hidden=64, heads=2, kv_heads=2, vocab=256),
+        16 * 256,
+    )  # ch08_fail oom
+    full = shape.layers * layer_activation_bytes(shape, tokens, 256, 4) + head_activation_bytes(
+        shape, tokens, 4
+    )
     recompute = shape.layers * 4 * tokens * shape.hidden + head_activation_bytes(shape, tokens, 4)
-    assert f"{round(full / 2**20)} MiB of activations" in page and f"{round(recompute / 2**20)} MiB with" in page
+    assert (
+        f"{round(full / 2**20)} MiB of activations" in page
+        and f"{round(recompute / 2**20)} MiB with" in page
+    )
     cap, peaks = oom_cap_gib()
     assert f"at {cap} GiB" in page
     for value in peaks.values():

@@ -34,7 +34,9 @@ def test_tune_changes_one_knob_at_a_time():
         now = {k: getattr(ns, k) for k in keys}
         if prev is not None and now["pp"] == prev["pp"]:
             changed = [k for k in keys if now[k] != prev[k]]
-            assert 1 <= len(changed) <= 2, changed  # tp→1 or micro-batches keep the global batch: 2 flags
+            assert 1 <= len(changed) <= 2, (
+                changed
+            )  # tp→1 or micro-batches keep the global batch: 2 flags
         prev = now
 
 
@@ -56,7 +58,13 @@ def test_record_survives_failures(monkeypatch):
 
     def fake(name, demo, gpus, args, timeout_s, show):
         calls.append(name)
-        return {"name": name, "ok": False, "error": "boom\nlast line", "results": [], "seconds": 0.1}
+        return {
+            "name": name,
+            "ok": False,
+            "error": "boom\nlast line",
+            "results": [],
+            "seconds": 0.1,
+        }
 
     monkeypatch.setattr(recorder, "run_one", fake)
     out = chapter08.record(["oom"], quick=False, budget_s=1e9, save_results=False)
@@ -65,8 +73,28 @@ def test_record_survives_failures(monkeypatch):
 
 @pytest.mark.parametrize("framework", ["fsdp2", "colossal"])
 def test_cpu_path_matches_reference(framework):
-    result = launch("ch08_train", 2, ["--framework", framework, "--plugin", "ddp", "--steps", "2", "--warmup", "1",
-                                      "--ref_steps", "3", "--profile", "1", "--name", "cpu"], timeout_s=300, show="none")
+    result = launch(
+        "ch08_train",
+        2,
+        [
+            "--framework",
+            framework,
+            "--plugin",
+            "ddp",
+            "--steps",
+            "2",
+            "--warmup",
+            "1",
+            "--ref_steps",
+            "3",
+            "--profile",
+            "1",
+            "--name",
+            "cpu",
+        ],
+        timeout_s=300,
+        show="none",
+    )
     r0, r1 = result.first(0), result.first(1)
     mean = [(a + b) / 2 for a, b in zip(r0["losses"], r1["losses"])]
     assert max(abs(a - b) for a, b in zip(mean, r0["reference"])) < 2e-3
@@ -74,13 +102,19 @@ def test_cpu_path_matches_reference(framework):
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(__import__("helpers.run.env").env.gpu_count() < 2, reason="needs at least two CUDA GPUs")
+@pytest.mark.skipif(
+    __import__("helpers.run.env").env.gpu_count() < 2, reason="needs at least two CUDA GPUs"
+)
 def test_quick_recording_runs_on_gpus():
     recorded = chapter08.record(list(chapter08.PARTS), quick=True, budget_s=600, save_results=False)
     runs = [r for part in recorded.values() for r in part if "name" in r]
-    assert runs and all(r["ok"] for r in runs), [r.get("error", "")[-300:] for r in runs if not r["ok"]]
+    assert runs and all(r["ok"] for r in runs), [
+        r.get("error", "")[-300:] for r in runs if not r["ok"]
+    ]
     oom = [r for r in recorded["oom"] if "name" in r]
-    assert oom[0]["results"][0]["oom"] and not oom[1]["results"][0]["oom"]  # capped DDP fails, ZeRO-2 fits
+    assert (
+        oom[0]["results"][0]["oom"] and not oom[1]["results"][0]["oom"]
+    )  # capped DDP fails, ZeRO-2 fits
 
 
 def test_gemini_part_differs_only_in_async_reduce():
@@ -92,23 +126,36 @@ def test_gemini_part_differs_only_in_async_reduce():
 
     (_, on, _), (_, off, _) = chapter08.run_list("gemini")
     a, b = parser().parse_args(on), parser().parse_args(off)
-    assert plugin_kwargs(a.plugin_kw) == {} and plugin_kwargs(b.plugin_kw) == {"enable_async_reduce": False}
-    assert {k: v for k, v in vars(a).items() if k not in ("plugin_kw", "name")} == \
-        {k: v for k, v in vars(b).items() if k not in ("plugin_kw", "name")}
-    assert signature(GeminiPlugin).parameters["enable_async_reduce"].default is True  # the default under test
+    assert plugin_kwargs(a.plugin_kw) == {} and plugin_kwargs(b.plugin_kw) == {
+        "enable_async_reduce": False
+    }
+    assert {k: v for k, v in vars(a).items() if k not in ("plugin_kw", "name")} == {
+        k: v for k, v in vars(b).items() if k not in ("plugin_kw", "name")
+    }
+    assert (
+        signature(GeminiPlugin).parameters["enable_async_reduce"].default is True
+    )  # the default under test
 
 
 def test_kernel_classes_sort_cuda_kernel_names():
     from helpers.train.profiling import kernel_class, kernel_classes
 
-    names = {"sm90_xmma_gemm_bf16bf16_bf16f32": "matmul", "nvjet_tst_128x256_64x4": "matmul",
-             "pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits>": "attention",
-             "triton_per_fused__to_copy_add_mean_mul_pow_rsqrt_0": "triton (compiled)",
-             "ncclDevKernel_ReduceScatter_Sum_bf16_RING_LL": "communication",
-             "void at::native::(anonymous namespace)::cunn_SoftMaxForward": "cross-entropy",
-             "void multi_tensor_apply_kernel<TensorListMetadata<4>, AdamFunctor>": "optimizer",
-             "void at::native::elementwise_kernel<128, 2, direct_copy_kernel_cuda>": "copy/cast",
-             "void at::native::vectorized_elementwise_kernel<4, silu_kernel>": "elementwise/other"}
+    names = {
+        "sm90_xmma_gemm_bf16bf16_bf16f32": "matmul",
+        "nvjet_tst_128x256_64x4": "matmul",
+        "pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits>": "attention",
+        "triton_per_fused__to_copy_add_mean_mul_pow_rsqrt_0": "triton (compiled)",
+        "ncclDevKernel_ReduceScatter_Sum_bf16_RING_LL": "communication",
+        "void at::native::(anonymous namespace)::cunn_SoftMaxForward": "cross-entropy",
+        "void multi_tensor_apply_kernel<TensorListMetadata<4>, AdamFunctor>": "optimizer",
+        "void at::native::elementwise_kernel<128, 2, direct_copy_kernel_cuda>": "copy/cast",
+        "void at::native::vectorized_elementwise_kernel<4, silu_kernel>": "elementwise/other",
+    }
     assert {n: kernel_class(n) for n in names} == names
-    out = kernel_classes([("gemm_a", 0, 3000), ("gemm_a", 5000, 6000), ("silu", 3000, 4000)], steps=2)
-    assert out["ms"] == {"matmul": 2.0, "elementwise/other": 0.5} and out["top"][0] == ["gemm_a", 2.0]
+    out = kernel_classes(
+        [("gemm_a", 0, 3000), ("gemm_a", 5000, 6000), ("silu", 3000, 4000)], steps=2
+    )
+    assert out["ms"] == {"matmul": 2.0, "elementwise/other": 0.5} and out["top"][0] == [
+        "gemm_a",
+        2.0,
+    ]

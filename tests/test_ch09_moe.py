@@ -24,7 +24,10 @@ def brute_force(layer: MoELayer, x: torch.Tensor, routing) -> torch.Tensor:
 def test_expert_data_grid():
     from helpers.parallel.ep import expert_data_grid
 
-    assert expert_data_grid(4, 2) == ([[0, 1], [2, 3]], [[0, 2], [1, 3]])  # ep=2 inside dp=2 replicas
+    assert expert_data_grid(4, 2) == (
+        [[0, 1], [2, 3]],
+        [[0, 2], [1, 3]],
+    )  # ep=2 inside dp=2 replicas
     assert expert_data_grid(2, 2) == ([[0, 1]], [[0], [1]])
     with pytest.raises(ValueError):
         expert_data_grid(6, 4)
@@ -78,14 +81,18 @@ def test_balance_loss_is_one_when_balanced():
     assert balance_loss(skewed).item() > 3.5  # all on one expert: close to E
 
 
-@pytest.mark.parametrize("nproc,args", [(2, []), (4, ["--experts", "8", "--skew", "3"]), (4, ["--dp", "2"])])
+@pytest.mark.parametrize(
+    "nproc,args", [(2, []), (4, ["--experts", "8", "--skew", "3"]), (4, ["--dp", "2"])]
+)
 def test_expert_parallel_equals_single_process(nproc, args):
     result = launch("ch09_moe", nproc, args, show="none", timeout_s=180)
     assert len(result.results) == nproc
     experts, dp = result.first()["experts"], result.first()["dp"]
     assert result.first()["ep"] * dp == nproc
     for replica in range(dp):  # each data replica holds every expert exactly once
-        owned = sorted(e for r in result.results if r["dp_rank"] == replica for e in r["local_experts"])
+        owned = sorted(
+            e for r in result.results if r["dp_rank"] == replica for e in r["local_experts"]
+        )
         assert owned == list(range(experts))
     for r in result.results:
         assert max(r["diffs"].values()) < 1e-4

@@ -18,8 +18,19 @@ PAGE = (Path(__file__).resolve().parent.parent / "book" / "09_quick_demos.md").r
 def test_page_is_complete():
     assert "This chapter is an outline" not in PAGE
     assert "still to be recorded" not in PAGE
-    for key in ("ch09-resnet-cpu", "ch09-fig-moe-load", "ch09-resnet-gpu", "ch09-hybrid-gpu", "ch09-fig-hybrid",
-                "ch09-nan-gpu", "ch09-fig-nan", "ch09-moe-gpu", "ch09-sp-gpu", "ch09-fig-sp", "ch09-sp-oom"):
+    for key in (
+        "ch09-resnet-cpu",
+        "ch09-fig-moe-load",
+        "ch09-resnet-gpu",
+        "ch09-hybrid-gpu",
+        "ch09-fig-hybrid",
+        "ch09-nan-gpu",
+        "ch09-fig-nan",
+        "ch09-moe-gpu",
+        "ch09-sp-gpu",
+        "ch09-fig-sp",
+        "ch09-sp-oom",
+    ):
         assert f"```{{glue}} {key}" in PAGE
 
 
@@ -37,14 +48,28 @@ def test_exercise_answers():
     assert expert_capacity(4096, 8, 2, 1.25) == 1280 and 1600 - 1280 == 320  # exercise 2
     config = llama_config(**PRESETS["half"], max_seq=1024)
     f = flops_per_token(config, 1024)
-    assert round(100 * f * 126_281 / (2 * PEAK_FLOPS), 1) == 19.3 and "126,281 tokens per second" in PAGE  # exercise 3
+    assert (
+        round(100 * f * 126_281 / (2 * PEAK_FLOPS), 1) == 19.3
+        and "126,281 tokens per second" in PAGE
+    )  # exercise 3
     embedding = config.vocab_size * config.hidden_size
     assert round(embedding / 1e6, 1) == 65.5
-    assert round(100 * (f + 6 * embedding) * 126_281 / (2 * PEAK_FLOPS), 1) == 21.8 and "21.8 %" in PAGE
+    assert (
+        round(100 * (f + 6 * embedding) * 126_281 / (2 * PEAK_FLOPS), 1) == 21.8
+        and "21.8 %" in PAGE
+    )
     assert 8 * 32768**2 * 4 == 2**35 and 4 * 32768**2 * 4 / 2**30 == 16  # exercise 7
-    assert [s for s in (1, 2, 3, 4, 8) if 16 % (2 * s) == 0 and 8 % (2 * s) == 0] == [1, 2, 4]  # exercise 4
+    assert [s for s in (1, 2, 3, 4, 8) if 16 % (2 * s) == 0 and 8 % (2 * s) == 0] == [
+        1,
+        2,
+        4,
+    ]  # exercise 4
     expert = 3 * 1024 * 2048  # exercise 5
-    assert round(expert / 1e6, 2) == 6.29 and round(64 * expert / 1e6) == 403 and round(32 * expert / 1e6) == 201
+    assert (
+        round(expert / 1e6, 2) == 6.29
+        and round(64 * expert / 1e6) == 403
+        and round(32 * expert / 1e6) == 201
+    )
     assert math.ceil(359 / 2) * 2 == 360  # exercise 6
 
 
@@ -56,9 +81,16 @@ def test_seed_table_quoted(quote):
 def test_cpu_accuracies_quoted_are_the_notebooks():
     import json
 
-    nb = json.loads((Path(__file__).resolve().parent.parent / "notebooks" / "09_quick_demos.ipynb").read_text())
-    tables = [o["data"]["text/html"] for c in nb["cells"] if c["cell_type"] == "code" and "ch09-resnet-cpu" in "".join(c["source"])
-              for o in c["outputs"] if "data" in o and "text/html" in o["data"]]
+    nb = json.loads(
+        (Path(__file__).resolve().parent.parent / "notebooks" / "09_quick_demos.ipynb").read_text()
+    )
+    tables = [
+        o["data"]["text/html"]
+        for c in nb["cells"]
+        if c["cell_type"] == "code" and "ch09-resnet-cpu" in "".join(c["source"])
+        for o in c["outputs"]
+        if "data" in o and "text/html" in o["data"]
+    ]
     html = "".join(tables[0]) if isinstance(tables[0], list) else tables[0]
     # the accuracies depend on the CPU's kernel path: the table marks them, the page quotes none
     import re

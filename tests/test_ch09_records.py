@@ -21,13 +21,28 @@ from helpers.models.llama import llama_config
 ROOT = Path(__file__).resolve().parent.parent
 PAGE = (ROOT / "book" / "09_quick_demos.md").read_text()
 NOTEBOOK = json.loads((ROOT / "notebooks" / "09_quick_demos.ipynb").read_text())
-KEYS = ("ch09-resnet-gpu", "ch09-hybrid-gpu", "ch09-fig-hybrid", "ch09-nan-gpu", "ch09-fig-nan", "ch09-moe-gpu",
-        "ch09-sp-gpu", "ch09-fig-sp", "ch09-sp-oom", "ch09-nan2048-gpu")
+KEYS = (
+    "ch09-resnet-gpu",
+    "ch09-hybrid-gpu",
+    "ch09-fig-hybrid",
+    "ch09-nan-gpu",
+    "ch09-fig-nan",
+    "ch09-moe-gpu",
+    "ch09-sp-gpu",
+    "ch09-fig-sp",
+    "ch09-sp-oom",
+    "ch09-nan2048-gpu",
+)
 
 
 def glued() -> dict[str, dict]:
-    return {o["metadata"]["scrapbook"]["name"]: o["data"] for c in NOTEBOOK["cells"] if c["cell_type"] == "code"
-            for o in c.get("outputs", []) if "scrapbook" in o.get("metadata", {})}
+    return {
+        o["metadata"]["scrapbook"]["name"]: o["data"]
+        for c in NOTEBOOK["cells"]
+        if c["cell_type"] == "code"
+        for o in c.get("outputs", [])
+        if "scrapbook" in o.get("metadata", {})
+    }
 
 
 def html(key: str) -> str:
@@ -59,15 +74,26 @@ def test_provenance_quoted():
 
 def test_resnet_accuracies_come_from_the_record():
     accuracies = {name: res[0]["accuracy"] for name, res in results("resnet")}
-    assert all(res[0]["data"] == "digits" and res[0]["epochs"] == 30 for _, res in results("resnet"))
+    assert all(
+        res[0]["data"] == "digits" and res[0]["epochs"] == 30 for _, res in results("resnet")
+    )
     assert not any(run["cifar10_present"] for run in load("ch09_resnet", gpus=2)["runs"])
     quoted = [f"{100 * a:.2f} %" for a in accuracies.values()]
     assert quoted == ["95.82 %", "96.66 %", "96.94 %", "97.21 %", "97.21 %"]
     for q in quoted:
         assert q in html("ch09-resnet-gpu") and q in PAGE
-    assert [round(a * 359) for a in accuracies.values()] == [344, 347, 348, 349, 349]  # "347 to 349 right"
+    assert [round(a * 359) for a in accuracies.values()] == [
+        344,
+        347,
+        348,
+        349,
+        349,
+    ]  # "347 to 349 right"
     zero, gemini = (res[0]["losses"] for name, res in results("resnet")[3:])
-    assert sum(a == b for a, b in zip(zero, gemini)) == 27 and max(abs(a - b) for a, b in zip(zero, gemini)) < 1.5e-4
+    assert (
+        sum(a == b for a, b in zip(zero, gemini)) == 27
+        and max(abs(a - b) for a, b in zip(zero, gemini)) < 1.5e-4
+    )
     assert "equal at 27 of the 30 epochs" in PAGE
 
 
@@ -76,18 +102,27 @@ def test_hybrid_mfu_is_the_books_definition_of_the_slowest_rank():
     for name, res in results("hybrid"):
         slowest = min((r for r in res if "tokens_per_s" in r), key=lambda r: r["tokens_per_s"])
         config = llama_config(**PRESETS[slowest["preset"]], max_seq=slowest["seq"])
-        expected = slowest["tokens_per_s"] * flops_per_token(config, slowest["seq"]) / (slowest["gpus"] * PEAK_FLOPS)
+        expected = (
+            slowest["tokens_per_s"]
+            * flops_per_token(config, slowest["seq"])
+            / (slowest["gpus"] * PEAK_FLOPS)
+        )
         assert show.mfu_of(slowest) == pytest.approx(expected)
         assert abs(expected - slowest["mfu"]) < 1e-4  # the recorder's own (rounded) value agrees
         page_mfu[name] = f"{100 * expected:.1f} %"
-        assert page_mfu[name] in html("ch09-hybrid-gpu") and f"{slowest['tokens_per_s']:,}" in html("ch09-hybrid-gpu")
+        assert page_mfu[name] in html("ch09-hybrid-gpu") and f"{slowest['tokens_per_s']:,}" in html(
+            "ch09-hybrid-gpu"
+        )
         last = next(r for r in res if "losses" in r)
         assert all(x == x for x in last["losses"]) and last["max_diff"] < 0.07
     assert list(page_mfu.values()) == ["26.5 %", "20.7 %", "19.3 %", "19.3 %", "18.8 %", "21.7 %"]
     for q in page_mfu.values():
         assert q in PAGE
     one = results("hybrid")[0][1][0]["tokens_per_s"]
-    ratios = [min(r["tokens_per_s"] for r in res if "tokens_per_s" in r) / one for _, res in results("hybrid")[1:]]
+    ratios = [
+        min(r["tokens_per_s"] for r in res if "tokens_per_s" in r) / one
+        for _, res in results("hybrid")[1:]
+    ]
     assert (round(min(ratios), 2), round(max(ratios), 2)) == (1.42, 1.64) and "1.42 to 1.64" in PAGE
 
 
@@ -100,13 +135,17 @@ def test_hybrid_peaks_and_bf16_loss_grids():
     a2a = next(r for r in by_name["sp=2 all_to_all"] if "losses" in r)["losses"]
     pp = next(r for r in by_name["pp=2 (1F1B, mbs 4)"] if "losses" in r)["losses"]
     assert all(x * 16 == round(x * 16) for x in a2a)  # bf16 at 10: multiples of 1/16
-    assert all(abs(x * 64 - round(x * 64)) < 64 * 6e-5 for x in pp)  # mean of four bf16 losses, 4 decimals
+    assert all(
+        abs(x * 64 - round(x * 64)) < 64 * 6e-5 for x in pp
+    )  # mean of four bf16 losses, 4 decimals
 
 
 def test_nan_study_stayed_finite():
     for name, res in results("nan"):
         for r in res:
-            assert r["finite"] and all(w["logits_finite"] and not w["nonfinite_grads"] for w in r["watch"]), name
+            assert r["finite"] and all(
+                w["logits_finite"] and not w["nonfinite_grads"] for w in r["watch"]
+            ), name
     repeated = results("nan")[0][1][0]
     assert (repeated["losses"][0], repeated["losses"][-1]) == (10.7901, 0.0043)
     assert repeated["preset"] == "1b" and repeated["seq"] == 1024 and repeated["batch"] == 8
@@ -119,7 +158,11 @@ def test_nan_study_stayed_finite():
 def test_nan_study_at_2048_from_the_record():
     record = load("ch09_nan2048", gpus=2)
     p = record["provenance"]
-    assert p["hardware"] == "2xNVIDIA-H200" and f"commit `{p['git_commit'][:7]}`" in PAGE and p["command"] in PAGE
+    assert (
+        p["hardware"] == "2xNVIDIA-H200"
+        and f"commit `{p['git_commit'][:7]}`" in PAGE
+        and p["command"] in PAGE
+    )
     tp, dp, gathered = record["runs"]
     assert "tp=2" in tp["name"] and "dp=2" in dp["name"] and "gathered" in gathered["name"]
     flat = " ".join(PAGE.split())
@@ -127,29 +170,48 @@ def test_nan_study_at_2048_from_the_record():
         assert len(run["results"]) == 2
         for r in run["results"]:
             assert (r["seq"], r["batch"], r["steps"], len(r["losses"])) == (2048, 8, 20, 20)
-            assert r["finite"] and all(w["logits_finite"] and not w["nonfinite_grads"] for w in r["watch"])
+            assert r["finite"] and all(
+                w["logits_finite"] and not w["nonfinite_grads"] for w in r["watch"]
+            )
             assert all(x == x for x in r["losses"])
     t, d = tp["results"][0], dp["results"][0]
     assert f"from {t['losses'][0]:.4f} to {t['losses'][-1]:.4f} in 20 steps" in flat
     assert f"at step 11 it was {t['losses'][11]:.4f}" in flat and abs(t["losses"][11] - 0.1) < 0.03
     assert f"(largest logit {max(w['logit_absmax'] for w in t['watch']):.0f})" in flat
-    assert f"from {d['losses'][0]:.4f} to {d['losses'][-1]:.4f} ({d['losses'][11]:.4f} at step 11)" in flat
-    assert f"tp=2 went from {t['losses'][0]:.4f} to {t['losses'][-1]:.4f} and dp=2 to {d['losses'][-1]:.4f}" in flat
+    assert (
+        f"from {d['losses'][0]:.4f} to {d['losses'][-1]:.4f} ({d['losses'][11]:.4f} at step 11)"
+        in flat
+    )
+    assert (
+        f"tp=2 went from {t['losses'][0]:.4f} to {t['losses'][-1]:.4f} and dp=2 to {d['losses'][-1]:.4f}"
+        in flat
+    )
     # tp=2 ran cleanly; dp=2 reported everything, then its launch did not end cleanly; the third was skipped
     assert tp["ok"] and not dp["ok"] and not gathered["ok"] and not gathered["results"]
     assert gathered["error"] == "skipped: the recording's budget was spent"
     error = dp["error"]
     assert len(error) == 3000 and "Traceback" not in error and "Error" not in error
-    assert error.rstrip().endswith(json.dumps(dp["results"][1]["watch"][-1]) + '], "zero": 0}')  # rank 1's RESULT line
-    assert "last 3,000 characters" in flat and "end of rank 1's result line and no traceback" in flat
+    assert error.rstrip().endswith(
+        json.dumps(dp["results"][1]["watch"][-1]) + '], "zero": 0}'
+    )  # rank 1's RESULT line
+    assert (
+        "last 3,000 characters" in flat and "end of rank 1's result line and no traceback" in flat
+    )
     assert "the run after it was skipped because the budget was spent" in flat
     statuses = [row["status"] for row in show.nan_rows(record["runs"])]
     assert statuses[0] == "ok" and statuses[2] == "not run: the recording's budget was spent"
-    assert statuses[1].startswith("not ok: every rank reported all 20 steps") and "no traceback" in statuses[1]
+    assert (
+        statuses[1].startswith("not ok: every rank reported all 20 steps")
+        and "no traceback" in statuses[1]
+    )
     table = html("ch09-nan2048-gpu")
     assert "not ok: every rank reported all 20 steps" in table and table.count(">none<") == 2
     assert "0.0083" in table and "0.0081" in table
-    for phrase in ("would settle it", "is prepared", "the recorder's part `nan2048` is these three runs"):
+    for phrase in (
+        "would settle it",
+        "is prepared",
+        "the recorder's part `nan2048` is these three runs",
+    ):
         assert phrase not in flat, phrase
 
 
@@ -166,15 +228,22 @@ def test_moe_numbers():
 
 def test_sp_limits_and_the_failed_allocations():
     swept = [run for run in load("ch09_sp", gpus=2)["runs"] if show._points(run)]
-    limits = {run["name"]: (max(p["seq"] for p in run["results"] if not p["oom"]),
-                            min(p["seq"] for p in run["results"] if p["oom"])) for run in swept}
+    limits = {
+        run["name"]: (
+            max(p["seq"] for p in run["results"] if not p["oom"]),
+            min(p["seq"] for p in run["results"] if p["oom"]),
+        )
+        for run in swept
+    }
     assert list(limits.values()) == [(16384, 32768), (8192, 16384), (8192, 16384)]
     for run in swept:
         for p in run["results"]:
             if p["oom"]:
                 heads = PRESETS[p["preset"]]["heads"] // (p["tp"] * p["sp"])
                 asked = float(re.search(r"allocate ([\d.]+) GiB", p["error"]).group(1))
-                assert heads == 8 and show.oom_request_gib(p) == asked == show.attention_scores_gib(p["seq"], heads)
+                assert heads == 8 and show.oom_request_gib(p) == asked == show.attention_scores_gib(
+                    p["seq"], heads
+                )
     assert show.gpu_capacity_gib(swept) == 139.8
     ring = load("ch09_sp", gpus=2)["runs"][-1]
     assert not ring["ok"] and "Flash Attention is not installed" in ring["error"]
@@ -182,4 +251,7 @@ def test_sp_limits_and_the_failed_allocations():
     assert "reached 16,384 tokens (127.3 GiB per GPU)" in PAGE
     table = html("ch09-sp-gpu")
     assert "OOM: 8 GiB asked" in table and "OOM: 32 GiB asked" in table
-    assert 8 * show.attention_scores_gib(16384, 8, 6) == 96 and 8 * show.attention_scores_gib(8192, 8, 6) == 24
+    assert (
+        8 * show.attention_scores_gib(16384, 8, 6) == 96
+        and 8 * show.attention_scores_gib(8192, 8, 6) == 24
+    )

@@ -59,16 +59,24 @@ def test_cifar10_reader_reads_the_python_format(tmp_path):
     rng = np.random.default_rng(0)
     written = {}
     for name in imagedata.CIFAR_TRAIN + imagedata.CIFAR_TEST:
-        images, labels = rng.integers(0, 256, (4, 3, 32, 32), dtype=np.uint8), rng.integers(0, 10, 4)
+        images, labels = (
+            rng.integers(0, 256, (4, 3, 32, 32), dtype=np.uint8),
+            rng.integers(0, 10, 4),
+        )
         imagedata.write_cifar_batch(folder / name, images, labels)
         written[name] = (images, labels)
     images, labels = imagedata.read_cifar_batch(folder / "test_batch")
-    assert np.array_equal(images, written["test_batch"][0]) and np.array_equal(labels, written["test_batch"][1])
+    assert np.array_equal(images, written["test_batch"][0]) and np.array_equal(
+        labels, written["test_batch"][1]
+    )
     train = imagedata.Cifar10(tmp_path, train=True)
     test = imagedata.Cifar10(tmp_path, train=False)
     assert (len(train), len(test)) == (20, 4)
     x, y = test[1]
-    mean, std = torch.tensor(imagedata.CIFAR_MEAN).view(3, 1, 1), torch.tensor(imagedata.CIFAR_STD).view(3, 1, 1)
+    mean, std = (
+        torch.tensor(imagedata.CIFAR_MEAN).view(3, 1, 1),
+        torch.tensor(imagedata.CIFAR_STD).view(3, 1, 1),
+    )
     expected = (torch.from_numpy(written["test_batch"][0][1]).float() / 255 - mean) / std
     assert torch.allclose(x, expected) and y == written["test_batch"][1][1]
     assert imagedata.Cifar10(tmp_path, train=True, augment=True)[0][0].shape == (3, 32, 32)
@@ -83,14 +91,39 @@ def test_cifar10_missing_says_where(tmp_path, monkeypatch):
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     one, two = tmp_path_factory.mktemp("one"), tmp_path_factory.mktemp("two")
-    common = ["--data", "digits", "--epochs", EPOCHS, "--interval", "6", "--target_acc", str(TARGET)]
-    single = launch("ch09_resnet_train", 1, common + ["-c", str(one)], show="none", timeout_s=TIMEOUT)
-    double = launch("ch09_resnet_train", 2, common + ["-c", str(two)], show="none", timeout_s=TIMEOUT)
-    resumed = launch("ch09_resnet_train", 1, common + ["-c", str(one), "--resume", "6", "--interval", "0"],
-                     show="none", timeout_s=TIMEOUT)
-    evaluated = launch("ch09_resnet_eval", 1, ["-c", str(one), "-e", EPOCHS, "--data", "digits"], show="none")
-    return dict(single=single.first(), double=double.first(), resumed=resumed.first(), eval=evaluated.first(),
-                one=one)
+    common = [
+        "--data",
+        "digits",
+        "--epochs",
+        EPOCHS,
+        "--interval",
+        "6",
+        "--target_acc",
+        str(TARGET),
+    ]
+    single = launch(
+        "ch09_resnet_train", 1, common + ["-c", str(one)], show="none", timeout_s=TIMEOUT
+    )
+    double = launch(
+        "ch09_resnet_train", 2, common + ["-c", str(two)], show="none", timeout_s=TIMEOUT
+    )
+    resumed = launch(
+        "ch09_resnet_train",
+        1,
+        common + ["-c", str(one), "--resume", "6", "--interval", "0"],
+        show="none",
+        timeout_s=TIMEOUT,
+    )
+    evaluated = launch(
+        "ch09_resnet_eval", 1, ["-c", str(one), "-e", EPOCHS, "--data", "digits"], show="none"
+    )
+    return dict(
+        single=single.first(),
+        double=double.first(),
+        resumed=resumed.first(),
+        eval=evaluated.first(),
+        one=one,
+    )
 
 
 def test_one_and_two_processes_reach_the_target(runs):
@@ -111,12 +144,23 @@ def test_resume_continues_the_run_exactly(runs):
 
 def test_checkpoints_every_interval_and_eval_agrees(runs):
     names = sorted(p.name for p in runs["one"].iterdir())
-    assert names == ["lr_scheduler_12.pth", "lr_scheduler_6.pth", "model_12.pth", "model_6.pth",
-                     "optimizer_12.pth", "optimizer_6.pth"]
+    assert names == [
+        "lr_scheduler_12.pth",
+        "lr_scheduler_6.pth",
+        "model_12.pth",
+        "model_6.pth",
+        "optimizer_12.pth",
+        "optimizer_6.pth",
+    ]
     assert runs["eval"]["accuracy"] == runs["single"]["accuracy"]
 
 
 def test_gpu_plugins_refuse_on_cpu():
     with pytest.raises(LaunchError, match="needs CUDA GPUs"):
-        launch("ch09_resnet_train", 1, ["--data", "digits", "-p", "low_level_zero", "--interval", "0"],
-               show="none", timeout_s=120)
+        launch(
+            "ch09_resnet_train",
+            1,
+            ["--data", "digits", "-p", "low_level_zero", "--interval", "0"],
+            show="none",
+            timeout_s=120,
+        )

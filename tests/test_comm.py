@@ -3,9 +3,24 @@ rule, input errors, and one 2-rank run of the Chapter 3 collectives benchmark (n
 
 import pytest
 
-from helpers.cost.comm import (COLLECTIVES, NOMINAL_LINKS, SEED_ADVICE, Link, alg_bandwidth, bus_bandwidth, bus_factor,
-                          bytes_sent, collective_time, comm_share, fit_link, ops_bytes_sent, ops_time,
-                          tp_layer_ops, ulysses_layer_ops, zero_step_volume)
+from helpers.cost.comm import (
+    COLLECTIVES,
+    NOMINAL_LINKS,
+    SEED_ADVICE,
+    Link,
+    alg_bandwidth,
+    bus_bandwidth,
+    bus_factor,
+    bytes_sent,
+    collective_time,
+    comm_share,
+    fit_link,
+    ops_bytes_sent,
+    ops_time,
+    tp_layer_ops,
+    ulysses_layer_ops,
+    zero_step_volume,
+)
 from helpers.run.launch import launch
 from helpers.parallel.pp import bubble_fraction
 
@@ -20,12 +35,22 @@ def test_ring_volumes_hand_values():
     assert bytes_sent("all_reduce", GB, 2) == pytest.approx(GB)  # 2·1/2
     assert bytes_sent("all_reduce", GB, 1) == 0.0  # nothing to send alone
     # all-reduce = reduce-scatter + all-gather of the same S
-    assert bytes_sent("all_reduce", GB, 8) == pytest.approx(bytes_sent("reduce_scatter", GB, 8) + bytes_sent("all_gather", GB, 8))
+    assert bytes_sent("all_reduce", GB, 8) == pytest.approx(
+        bytes_sent("reduce_scatter", GB, 8) + bytes_sent("all_gather", GB, 8)
+    )
 
 
-@pytest.mark.parametrize("name, n, factor", [("all_reduce", 2, 1.0), ("all_reduce", 4, 1.5), ("all_reduce", 8, 1.75),
-                                             ("all_gather_into_tensor", 4, 0.75), ("reduce_scatter_tensor", 8, 0.875),
-                                             ("all_to_all_single", 2, 0.5)])
+@pytest.mark.parametrize(
+    "name, n, factor",
+    [
+        ("all_reduce", 2, 1.0),
+        ("all_reduce", 4, 1.5),
+        ("all_reduce", 8, 1.75),
+        ("all_gather_into_tensor", 4, 0.75),
+        ("reduce_scatter_tensor", 8, 0.875),
+        ("all_to_all_single", 2, 0.5),
+    ],
+)
 def test_bus_factors_nccl_tests(name, n, factor):
     assert bus_factor(name, n) == pytest.approx(factor)
     # 1 GB in 10 ms: algbw 100 GB/s, busbw = algbw × factor
@@ -35,9 +60,14 @@ def test_bus_factors_nccl_tests(name, n, factor):
 
 def test_time_model_and_presets():
     link = Link("test", 100 * GB, 1e-5)
-    assert collective_time("all_reduce", GB, 8, link) == pytest.approx(1e-5 + 1.75 * GB / (100 * GB))
+    assert collective_time("all_reduce", GB, 8, link) == pytest.approx(
+        1e-5 + 1.75 * GB / (100 * GB)
+    )
     assert collective_time("all_reduce", GB, 1, link) == 0.0
-    assert NOMINAL_LINKS["nvlink4"].bandwidth_bytes_per_s == 450e9 and NOMINAL_LINKS["ib_ndr"].bandwidth_bytes_per_s == 50e9
+    assert (
+        NOMINAL_LINKS["nvlink4"].bandwidth_bytes_per_s == 450e9
+        and NOMINAL_LINKS["ib_ndr"].bandwidth_bytes_per_s == 50e9
+    )
     assert all("nominal" in l.name for l in NOMINAL_LINKS.values())
     ops = [("all_reduce", GB), ("all_gather", GB)]
     assert ops_time(ops, 8, link) == pytest.approx(2e-5 + (1.75 + 0.875) * GB / (100 * GB))
@@ -47,7 +77,9 @@ def test_fit_link_recovers_latency_and_bandwidth_exactly():
     truth = Link("truth", 37.5 * GB, 23e-6)
     sizes = [2**k for k in range(10, 31, 4)]
     raw = fit_link([(s, truth.latency_s + s / truth.bandwidth_bytes_per_s) for s in sizes])
-    assert raw.latency_s == pytest.approx(23e-6, rel=1e-9) and raw.bandwidth_bytes_per_s == pytest.approx(37.5 * GB, rel=1e-9)
+    assert raw.latency_s == pytest.approx(
+        23e-6, rel=1e-9
+    ) and raw.bandwidth_bytes_per_s == pytest.approx(37.5 * GB, rel=1e-9)
     # per collective: the fitted link reproduces the points through collective_time
     pts = [(s, collective_time("all_reduce", s, 8, truth)) for s in sizes]
     fitted = fit_link(pts, collective="all_reduce", n=8)
@@ -75,7 +107,9 @@ def test_per_step_volumes():
     assert ops_bytes_sent(ops, t) == pytest.approx(4 * 2 * 7 / 8 * S)
     sp = tp_layer_ops(b, s, h, sequence_parallel=True)
     assert sorted(set(c for c, _ in sp)) == ["all_gather", "reduce_scatter"] and len(sp) == 8
-    assert ops_bytes_sent(sp, t) == pytest.approx(ops_bytes_sent(ops, t))  # same volume (Korthikanti §4.2.2)
+    assert ops_bytes_sent(sp, t) == pytest.approx(
+        ops_bytes_sent(ops, t)
+    )  # same volume (Korthikanti §4.2.2)
     # Ulysses: forward 4·b·s·h/P elements per rank in the large-P limit
     p = 8
     fwd = ulysses_layer_ops(b, s, h, p, backward=False)
@@ -120,8 +154,13 @@ def test_bad_inputs():
 def test_benchmark_two_ranks():
     """Every collective and size has a positive time, and busbw = algbw × the nccl-tests factor."""
     sizes = [1024, 8192]
-    run = launch("ch03_collectives", nproc=2, args=["--sizes", ",".join(map(str, sizes)), "--warmup", "1", "--iters", "3"],
-                 timeout_s=120, show="none")
+    run = launch(
+        "ch03_collectives",
+        nproc=2,
+        args=["--sizes", ",".join(map(str, sizes)), "--warmup", "1", "--iters", "3"],
+        timeout_s=120,
+        show="none",
+    )
     rows = {(r["collective"], r["size_bytes"]): r for r in run.rank(0)}
     names = ("all_reduce", "all_gather_into_tensor", "reduce_scatter_tensor", "all_to_all_single")
     assert set(rows) == {(c, s) for c in names for s in sizes}
@@ -129,7 +168,10 @@ def test_benchmark_two_ranks():
         assert r["seconds"] > 0 and r["n"] == 2
         assert r["algbw"] == pytest.approx(s / r["seconds"])
         assert r["busbw"] == pytest.approx(r["algbw"] * bus_factor(c, 2))
-    assert rows[("all_reduce", 1024)]["factor"] == 1.0 and rows[("all_to_all_single", 1024)]["factor"] == 0.5
+    assert (
+        rows[("all_reduce", 1024)]["factor"] == 1.0
+        and rows[("all_to_all_single", 1024)]["factor"] == 0.5
+    )
     table = "\n".join(run.lines[0])
     assert "busbw GB/s" in table and "fit all_reduce" in table
 

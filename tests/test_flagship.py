@@ -28,8 +28,9 @@ def test_every_run_parses_and_changes_one_knob_from_a_named_baseline():
 
 
 def test_plugin_kwargs_and_optimizers():
-    assert speed.plugin_kwargs(["reduce_bucket_size_in_m=128", "enable_async_reduce=False", "x='a'", "y=word"]) == \
-        {"reduce_bucket_size_in_m": 128, "enable_async_reduce": False, "x": "a", "y": "word"}
+    assert speed.plugin_kwargs(
+        ["reduce_bucket_size_in_m=128", "enable_async_reduce=False", "x='a'", "y=word"]
+    ) == {"reduce_bucket_size_in_m": 128, "enable_async_reduce": False, "x": "a", "y": "word"}
     for bad in ("no_equals", "1x=2", "=3"):
         with pytest.raises(ValueError, match="name=value"):
             speed.plugin_kwargs([bad])
@@ -48,7 +49,9 @@ def test_compiled_layers_keep_parameters_and_numerics():
     batch = token_batch(0, 2, 16, 128)
     loss = model(**batch).loss
     assert speed.compile_layers(model, backend="eager") == 2
-    assert list(model.parameters()) == before and all(p is q for p, q in zip(model.parameters(), before))
+    assert list(model.parameters()) == before and all(
+        p is q for p, q in zip(model.parameters(), before)
+    )
     assert type(model.model.layers[0]).__name__ == "OptimizedModule"
     assert torch.equal(model(**batch).loss, loss)
     wrapper = torch.nn.Module()
@@ -71,19 +74,40 @@ def test_chunked_reference_equals_the_whole_batch():
 
 
 def test_summary_flags_failures_nan_and_a_loss_off_the_reference():
-    rank = dict(framework="colossal", plugin="zero", optimizer="adamw_fused", compiled=True, micro_batch=8,
-                global_batch=16, seq=2048, gpus=2, tokens_per_s=160_000, mfu=0.49, params=940_640_256, layers=16,
-                hidden=2048, peak_mib=30_000, losses=[10.77, 10.69, 10.67, 10.5], reference=[10.78, 10.69, 10.67])
+    rank = dict(
+        framework="colossal",
+        plugin="zero",
+        optimizer="adamw_fused",
+        compiled=True,
+        micro_batch=8,
+        global_batch=16,
+        seq=2048,
+        gpus=2,
+        tokens_per_s=160_000,
+        mfu=0.49,
+        params=940_640_256,
+        layers=16,
+        hidden=2048,
+        peak_mib=30_000,
+        losses=[10.77, 10.69, 10.67, 10.5],
+        reference=[10.78, 10.69, 10.67],
+    )
     other = {**rank, "losses": [10.79, 10.69, 10.68, 10.6]}
     good = summarize("x", {"ok": True, "results": [rank, other], "seconds": 50})
     assert good["ok"] and good["loss_ok"] and good["max_ref_gap"] == pytest.approx(0.005, abs=1e-4)
     assert good["tokens_per_s_per_gpu"] == 80_000 and good["loss_last"] == pytest.approx(10.55)
     # PaLM's formula (Chowdhery et al. 2022, appendix B): N = every parameter, (6N + 12·L·h·s) per token
-    assert good["mfu_all_params"] == pytest.approx(160_000 * (6 * 940_640_256 + 12 * 16 * 2048 * 2048) / (2 * 989.5e12),
-                                                   abs=1e-4)
-    nan = summarize("x", {"ok": True, "results": [{**rank, "losses": [10.77, math.nan, math.nan, math.nan]}, other]})
+    assert good["mfu_all_params"] == pytest.approx(
+        160_000 * (6 * 940_640_256 + 12 * 16 * 2048 * 2048) / (2 * 989.5e12), abs=1e-4
+    )
+    nan = summarize(
+        "x",
+        {"ok": True, "results": [{**rank, "losses": [10.77, math.nan, math.nan, math.nan]}, other]},
+    )
     assert nan["ok"] and not nan["loss_ok"]
-    off = summarize("x", {"ok": True, "results": [{**rank, "losses": [11.5, 10.7, 10.6, 10.5]}, other]})
+    off = summarize(
+        "x", {"ok": True, "results": [{**rank, "losses": [11.5, 10.7, 10.6, 10.5]}, other]}
+    )
     assert not off["loss_ok"]
     failed = summarize("x", {"ok": False, "error": "Traceback\nRuntimeError: boom", "results": []})
     assert not failed["ok"] and "boom" in failed["error"]
@@ -96,9 +120,16 @@ def test_quick_flagship_runs_fsdp2_eager_and_compiled_on_gloo():
 
     if gpu_count() >= 2:
         pytest.skip("the GPU box runs the full benchmark")
-    rows = record(quick=True, only=["FSDP2, eager", "FSDP2 + torch.compile per layer"], budget_s=600,
-                  save_results=False)
-    assert [r["name"] for r in rows] == ["FSDP2, eager (tiny)", "FSDP2 + torch.compile per layer (tiny)"]
+    rows = record(
+        quick=True,
+        only=["FSDP2, eager", "FSDP2 + torch.compile per layer"],
+        budget_s=600,
+        save_results=False,
+    )
+    assert [r["name"] for r in rows] == [
+        "FSDP2, eager (tiny)",
+        "FSDP2 + torch.compile per layer (tiny)",
+    ]
     for row in rows:
         assert row["ok"] and row["loss_ok"] and row["max_ref_gap"] <= 1e-4, row  # fp32 on CPU
     assert [r["compiled"] for r in rows] == [False, True]
@@ -117,28 +148,85 @@ def test_recorded_flagship_table_and_figure():
     for run, row in zip(record["runs"], rows):
         s = summarize(run["name"], run)
         if s["ok"]:
-            assert row["setup"] == setup(s) and row["MFU %"] == f"{100 * s['mfu']:.1f}" and row["loss ok"] == "yes"
-            assert s["tokens_per_s_per_gpu"] * s["gpus"] == pytest.approx(run["results"][0]["tokens_per_s"], abs=2)
-    assert len(figure(record).axes[0].patches) == sum(summarize(r["name"], r)["ok"] for r in record["runs"])
-    assert setup({"plugin": "zero", "zero_stage": 1, "compiled": False, "optimizer": "adamw", "micro_batch": 16,
-                  "plugin_kw": {"overlap_allgather": True}, "norm_on_device": True}) == \
-        "LowLevelZero ZeRO-1 · eager · adamw · overlapped all-gather · norm on GPU · mbs 16"
-    assert setup({"plugin": "zero", "compiled": True, "optimizer": "adamw_fused", "micro_batch": 8,
-                  "plugin_kw": {"reduce_bucket_size_in_m": 128}}) == \
-        "LowLevelZero ZeRO-2 · compiled · adamw_fused · buckets 128 M · mbs 8"
+            assert (
+                row["setup"] == setup(s)
+                and row["MFU %"] == f"{100 * s['mfu']:.1f}"
+                and row["loss ok"] == "yes"
+            )
+            assert s["tokens_per_s_per_gpu"] * s["gpus"] == pytest.approx(
+                run["results"][0]["tokens_per_s"], abs=2
+            )
+    assert len(figure(record).axes[0].patches) == sum(
+        summarize(r["name"], r)["ok"] for r in record["runs"]
+    )
+    assert (
+        setup(
+            {
+                "plugin": "zero",
+                "zero_stage": 1,
+                "compiled": False,
+                "optimizer": "adamw",
+                "micro_batch": 16,
+                "plugin_kw": {"overlap_allgather": True},
+                "norm_on_device": True,
+            }
+        )
+        == "LowLevelZero ZeRO-1 · eager · adamw · overlapped all-gather · norm on GPU · mbs 16"
+    )
+    assert (
+        setup(
+            {
+                "plugin": "zero",
+                "compiled": True,
+                "optimizer": "adamw_fused",
+                "micro_batch": 8,
+                "plugin_kw": {"reduce_bucket_size_in_m": 128},
+            }
+        )
+        == "LowLevelZero ZeRO-2 · compiled · adamw_fused · buckets 128 M · mbs 8"
+    )
 
 
 def test_kernel_rows_read_rank_zeros_profile():
     from helpers.chapters.ch08_flagship import kernel_rows
 
-    rank = dict(framework="fsdp2", plugin="fully_shard", optimizer="adamw", compiled=False, micro_batch=8,
-                global_batch=16, seq=2048, gpus=2, tokens_per_s=100_000, mfu=0.3, params=10, layers=1, hidden=8,
-                losses=[1.0], reference=[], seconds_per_step=0.3276,
-                profile={"kernels": {"ms": {"matmul": 200.0, "attention": 40.0}, "top": []}})
-    rows = kernel_rows({"runs": [{"name": "a", "ok": True, "results": [rank]},
-                                 {"name": "b", "ok": True, "results": [{**rank, "profile": None}]}]})
-    assert rows == [{"name": "a", "timed step ms": 327.6, "compute ms": 240.0, "step − compute ms": 87.6,
-                     "matmul ms": 200.0, "attention ms": 40.0}]
+    rank = dict(
+        framework="fsdp2",
+        plugin="fully_shard",
+        optimizer="adamw",
+        compiled=False,
+        micro_batch=8,
+        global_batch=16,
+        seq=2048,
+        gpus=2,
+        tokens_per_s=100_000,
+        mfu=0.3,
+        params=10,
+        layers=1,
+        hidden=8,
+        losses=[1.0],
+        reference=[],
+        seconds_per_step=0.3276,
+        profile={"kernels": {"ms": {"matmul": 200.0, "attention": 40.0}, "top": []}},
+    )
+    rows = kernel_rows(
+        {
+            "runs": [
+                {"name": "a", "ok": True, "results": [rank]},
+                {"name": "b", "ok": True, "results": [{**rank, "profile": None}]},
+            ]
+        }
+    )
+    assert rows == [
+        {
+            "name": "a",
+            "timed step ms": 327.6,
+            "compute ms": 240.0,
+            "step − compute ms": 87.6,
+            "matmul ms": 200.0,
+            "attention ms": 40.0,
+        }
+    ]
 
 
 def test_plugin_kwargs_of_every_run_are_the_plugins_own():
@@ -169,8 +257,12 @@ def test_overlap_allgather_waits_move_to_layer_pre_hooks_and_compile():
     class Wrapper(torch.nn.Module):  # what LowLevelZeroModel(overlap_allgather=True) leaves
         def __init__(self):
             super().__init__()
-            self.module = torch.nn.ModuleDict({"embed": torch.nn.Embedding(8, 4),
-                                               "layers": torch.nn.ModuleList([torch.nn.Linear(4, 4)])})
+            self.module = torch.nn.ModuleDict(
+                {
+                    "embed": torch.nn.Embedding(8, 4),
+                    "layers": torch.nn.ModuleList([torch.nn.Linear(4, 4)]),
+                }
+            )
             self.op_hooks = [ZeroOpHook()]
             for p in self.module.parameters():
                 p.__class__ = ColoParameter
@@ -210,20 +302,27 @@ def test_grad_norm_on_device_equals_colossalais_norm_and_skips_the_multiply_by_o
     from colossalai.zero.low_level import low_level_optim
     from colossalai.zero.low_level.low_level_optim import LowLevelZeroOptimizer
 
-    monkeypatch.setattr(low_level_optim, "calculate_global_norm_from_list",
-                        low_level_optim.calculate_global_norm_from_list)  # restored after the test
+    monkeypatch.setattr(
+        low_level_optim,
+        "calculate_global_norm_from_list",
+        low_level_optim.calculate_global_norm_from_list,
+    )  # restored after the test
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
     try:
+
         class Fake:  # the attributes step() reads, as a bf16 LowLevelZeroOptimizer has them
             _clip_grad_norm, mixed_precision_mixin = 0.0, None
 
         opt = Fake()
         opt._compute_grad_norm = LowLevelZeroOptimizer._compute_grad_norm.__get__(opt)
         opt._unscale_and_clip_grads = LowLevelZeroOptimizer._unscale_and_clip_grads.__get__(opt)
-        grads = [torch.randn(1000, generator=torch.Generator().manual_seed(i)).to(torch.bfloat16) for i in range(3)]
+        grads = [
+            torch.randn(1000, generator=torch.Generator().manual_seed(i)).to(torch.bfloat16)
+            for i in range(3)
+        ]
         host = opt._compute_grad_norm(dp_pg=dist.group.WORLD, gradients=grads)
         expected = low_level_optim.calculate_global_norm_from_list([host, host])
         speed.grad_norm_on_device(opt)
@@ -232,7 +331,9 @@ def test_grad_norm_on_device_equals_colossalais_norm_and_skips_the_multiply_by_o
         assert float(device) == pytest.approx(host, rel=1e-6)
         total = low_level_optim.calculate_global_norm_from_list([device, device])
         assert isinstance(total, torch.Tensor) and float(total) == pytest.approx(expected, rel=1e-6)
-        assert low_level_optim.calculate_global_norm_from_list([3.0, 4.0]) == 5.0  # floats: Colossal-AI's own
+        assert (
+            low_level_optim.calculate_global_norm_from_list([3.0, 4.0]) == 5.0
+        )  # floats: Colossal-AI's own
         before = [g.clone() for g in grads]
         opt._unscale_and_clip_grads(grads, device)
         assert all(torch.equal(a, b) for a, b in zip(grads, before))
@@ -248,22 +349,39 @@ def test_grad_norm_on_device_equals_colossalais_norm_and_skips_the_multiply_by_o
 
 
 def _round_row(name, tps, framework="colossal", ok=True, loss_ok=True, error=""):
-    return {"name": name, "ok": ok, "loss_ok": loss_ok, "framework": framework, "tokens_per_s_per_gpu": tps,
-            "mfu": tps / 1e6, "mfu_all_params": tps / 9e5, "error": error}
+    return {
+        "name": name,
+        "ok": ok,
+        "loss_ok": loss_ok,
+        "framework": framework,
+        "tokens_per_s_per_gpu": tps,
+        "mfu": tps / 1e6,
+        "mfu_all_params": tps / 9e5,
+        "error": error,
+    }
 
 
 def test_head_to_head_medians_ratio_and_skipped_rounds():
     """compare(): medians per run over the rounds that ran, the ratio to FSDP2's; a bad loss invalidates."""
     from helpers.record.flagship import HEAD_TO_HEAD, ROUND, compare
 
-    assert [n for n, _, _ in run_list(only=list(HEAD_TO_HEAD), rounds=2)] == \
-        [f"{n}{ROUND}{k}" for k in (1, 2) for n in HEAD_TO_HEAD]
-    rows = [_round_row(f"cai{ROUND}1", 100), _round_row(f"fsdp{ROUND}1", 90, "fsdp2"),
-            _round_row(f"cai{ROUND}2", 104), _round_row(f"fsdp{ROUND}2", 94, "fsdp2"),
-            _round_row(f"cai{ROUND}3", 0, ok=False, error="skipped: the recording's budget was spent"),
-            _round_row(f"bad{ROUND}1", 200, loss_ok=False)]
+    assert [n for n, _, _ in run_list(only=list(HEAD_TO_HEAD), rounds=2)] == [
+        f"{n}{ROUND}{k}" for k in (1, 2) for n in HEAD_TO_HEAD
+    ]
+    rows = [
+        _round_row(f"cai{ROUND}1", 100),
+        _round_row(f"fsdp{ROUND}1", 90, "fsdp2"),
+        _round_row(f"cai{ROUND}2", 104),
+        _round_row(f"fsdp{ROUND}2", 94, "fsdp2"),
+        _round_row(f"cai{ROUND}3", 0, ok=False, error="skipped: the recording's budget was spent"),
+        _round_row(f"bad{ROUND}1", 200, loss_ok=False),
+    ]
     out = {g["name"]: g for g in compare(rows)}
-    assert out["cai"]["rounds"] == 2 and out["cai"]["median"] == 102 and out["cai"]["vs_fsdp2"] == round(102 / 92, 4)
+    assert (
+        out["cai"]["rounds"] == 2
+        and out["cai"]["median"] == 102
+        and out["cai"]["vs_fsdp2"] == round(102 / 92, 4)
+    )
     assert out["cai"]["spread"] == pytest.approx(4 / 102, abs=1e-4) and out["cai"]["valid"]
     assert out["fsdp"]["vs_fsdp2"] == 1.0 and not out["bad"]["valid"]
 
@@ -279,7 +397,9 @@ def test_recorded_head_to_head_and_tuning_steps():
     groups = compare([summarize(r["name"], r) for r in h2h["runs"]])
     assert {g["name"] for g in groups} == set(HEAD_TO_HEAD) and all(g["valid"] for g in groups)
     best = max(groups, key=lambda g: g["median"])
-    assert best["framework"] == "colossal" and best["vs_fsdp2"] > 1  # Colossal-AI ahead in the same run
+    assert (
+        best["framework"] == "colossal" and best["vs_fsdp2"] > 1
+    )  # Colossal-AI ahead in the same run
     assert best["mfu_median"] >= 0.5 and best["mfu_all_params_median"] >= 0.5
     rows = h2h_rows(h2h)
     assert [r["name"] for r in rows] == [g["name"] for g in groups]
@@ -310,22 +430,33 @@ def test_chapter8_quotes_the_flagship_records():
     h2h_kernels = kernel_rows(h2h)
     eager, compiled = kernels["LowLevelZero ZeRO-2, eager"], kernels["+ torch.compile per layer"]
     bucket = kernels["+ reduce buckets 12 → 128 M elements"]
-    cai16, fsdp16 = kernels["+ micro-batch 8 → 16"], kernels["FSDP2 + torch.compile, micro-batch 16"]
-    best, fsdp = groups["+ gradient norm kept on the GPU (no host sync in step)"], \
-        groups["FSDP2 + torch.compile, micro-batch 16"]
+    cai16, fsdp16 = (
+        kernels["+ micro-batch 8 → 16"],
+        kernels["FSDP2 + torch.compile, micro-batch 16"],
+    )
+    best, fsdp = (
+        groups["+ gradient norm kept on the GPU (no host sync in step)"],
+        groups["FSDP2 + torch.compile, micro-batch 16"],
+    )
     overlap1, norm1, fsdp1 = h2h_kernels[0], h2h_kernels[1], h2h_kernels[2]
     assert "round 1" in norm1["name"] and "FSDP2" in fsdp1["name"] and "overlap" in overlap1["name"]
-    rounds = sorted(a / b for a, b in zip(best["tokens_per_s_per_gpu"], fsdp["tokens_per_s_per_gpu"]))
+    rounds = sorted(
+        a / b for a, b in zip(best["tokens_per_s_per_gpu"], fsdp["tokens_per_s_per_gpu"])
+    )
     quoted = [
-        f"FSDP2 reached {table['FSDP2, eager']['MFU %']} %", f"HybridParallel ZeRO-2 {table['HybridParallel ZeRO-2, eager']['MFU %']} %",
+        f"FSDP2 reached {table['FSDP2, eager']['MFU %']} %",
+        f"HybridParallel ZeRO-2 {table['HybridParallel ZeRO-2, eager']['MFU %']} %",
         f"LowLevelZero ZeRO-2 {table['LowLevelZero ZeRO-2, eager']['MFU %']} %",
-        f"took {eager['copy/cast ms']:.1f} ms", f"kernels {eager['elementwise/other ms']:.1f} ms of LowLevelZero's {eager['timed step ms']:.1f} ms",
+        f"took {eager['copy/cast ms']:.1f} ms",
+        f"kernels {eager['elementwise/other ms']:.1f} ms of LowLevelZero's {eager['timed step ms']:.1f} ms",
         f"against {eager['matmul ms']:.1f} ms of matrix",
         f"gave ×{steps['+ reduce buckets 12 → 128 M elements']['throughput ×']}",
         f"fell from {eager['communication ms']:.1f} to {bucket['communication ms']:.1f} ms",
         f"×{steps['+ torch.compile per layer']['throughput ×']}, to {steps['+ torch.compile per layer']['MFU % after']} %",
-        f"Triton kernels ({compiled['triton (compiled) ms']:.1f} ms)", f"fell to {compiled['copy/cast ms']:.1f} ms",
-        f"kernels to {compiled['elementwise/other ms']:.1f} ms", f"from {bucket['timed step ms']} to {compiled['timed step ms']} ms",
+        f"Triton kernels ({compiled['triton (compiled) ms']:.1f} ms)",
+        f"fell to {compiled['copy/cast ms']:.1f} ms",
+        f"kernels to {compiled['elementwise/other ms']:.1f} ms",
+        f"from {bucket['timed step ms']} to {compiled['timed step ms']} ms",
         f"gained ×{steps['FSDP2 + torch.compile per layer']['throughput ×']}",
         f"(×{steps['+ fused torch AdamW instead of HybridAdam']['throughput ×']})",
         f"kernel ({compiled['optimizer ms']:.1f} ms)",
@@ -339,22 +470,31 @@ def test_chapter8_quotes_the_flagship_records():
         f"took {fsdp16['matmul ms']:.1f} ms against {cai16['matmul ms']:.1f}",
         f"for {cai16['step − compute ms']:.1f} ms of each step against {fsdp16['step − compute ms']:.1f} ms",
         f"median of {best['median']:,.0f} tokens/s per GPU, {100 * best['mfu_median']:.1f} %",
-        f"({100 * best['mfu_all_params_median']:.1f} % with every parameter", f"against FSDP2's {fsdp['median']:,.0f} and {100 * fsdp['mfu_median']:.1f} %",
-        f"ratio of {best['vs_fsdp2']:.4f}", f"(by {100 * (rounds[0] - 1):.2f} % and {100 * (rounds[1] - 1):.2f} %)",
+        f"({100 * best['mfu_all_params_median']:.1f} % with every parameter",
+        f"against FSDP2's {fsdp['median']:,.0f} and {100 * fsdp['mfu_median']:.1f} %",
+        f"ratio of {best['vs_fsdp2']:.4f}",
+        f"(by {100 * (rounds[0] - 1):.2f} % and {100 * (rounds[1] - 1):.2f} %)",
         f"worth ×{steps['+ gradient norm kept on the GPU (no host sync in step)']['throughput ×']}",
         f"fell from {overlap1['elementwise/other ms']:.1f} to {norm1['elementwise/other ms']:.1f} ms",
         f"from {overlap1['copy/cast ms']:.1f} to {norm1['copy/cast ms']:.1f} ms (the fp64",
         f"rounds spread {100 * groups['+ overlap the parameter all-gather']['spread']:.1f} %",
         f"({norm1['compute ms']:.1f} ms of compute against {fsdp1['compute ms']:.1f} ms)",
         f"nothing for {norm1['step − compute ms']:.1f} ms of each step, against {fsdp1['step − compute ms']:.1f} ms",
-        f"from {table['LowLevelZero ZeRO-2, eager']['MFU %']} % MFU", f"reached {100 * fsdp['mfu_median']:.1f} %",
+        f"from {table['LowLevelZero ZeRO-2, eager']['MFU %']} % MFU",
+        f"reached {100 * fsdp['mfu_median']:.1f} %",
         f"×{steps['+ torch.compile per layer']['throughput ×']}, a micro-batch of 16 ×{steps['+ micro-batch 8 → 16']['throughput ×']}",
         f"host syncs ×{steps['+ gradient norm kept on the GPU (no host sync in step)']['throughput ×']}",
         f"cut copies and casts from {bucket['copy/cast ms']:.1f} to {compiled['copy/cast ms']:.1f} ms",
     ]
     missing = [q for q in quoted if q not in page]
     assert not missing, missing
-    assert best["valid"] and fsdp["valid"] and best["vs_fsdp2"] > 1 and len(rounds) == 2 and rounds[0] > 1
+    assert (
+        best["valid"]
+        and fsdp["valid"]
+        and best["vs_fsdp2"] > 1
+        and len(rounds) == 2
+        and rounds[0] > 1
+    )
 
 
 def test_tune_boosted_applies_the_flags_it_is_given():
@@ -381,9 +521,26 @@ def test_a_run_off_its_reference_exits_non_zero_with_its_results_kept():
     from helpers.run.launch import LaunchError, launch
     from helpers.record.runner import results_in
 
-    args = ["--framework", "fsdp2", "--steps", "2", "--warmup", "1", "--ref_steps", "2", "--seq", "64", "--micro_batch", "2"]
-    ok = launch("ch08_train", 2, args + ["--fail_on_divergence", "0.05"], timeout_s=240, show="none")
+    args = [
+        "--framework",
+        "fsdp2",
+        "--steps",
+        "2",
+        "--warmup",
+        "1",
+        "--ref_steps",
+        "2",
+        "--seq",
+        "64",
+        "--micro_batch",
+        "2",
+    ]
+    ok = launch(
+        "ch08_train", 2, args + ["--fail_on_divergence", "0.05"], timeout_s=240, show="none"
+    )
     assert len(ok.results) == 2
-    with pytest.raises(LaunchError, match="the loss check failed: loss departs from the reference") as e:
+    with pytest.raises(
+        LaunchError, match="the loss check failed: loss departs from the reference"
+    ) as e:
         launch("ch08_train", 2, args + ["--fail_on_divergence", "-1"], timeout_s=240, show="none")
     assert len(results_in(e.value.lines)) == 2

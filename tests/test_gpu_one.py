@@ -20,7 +20,9 @@ def test_a_one_rank_demo_uses_the_gpu():
 
 def test_more_ranks_than_gpus_run_on_the_cpu_with_cuda_hidden():
     ranks = launch("selftest", nproc=gpu_count() + 1, show="none").results
-    assert {(r["backend"], r["device"], r["cuda_visible"]) for r in ranks} == {("gloo", "cpu", False)}
+    assert {(r["backend"], r["device"], r["cuda_visible"]) for r in ranks} == {
+        ("gloo", "cpu", False)
+    }
 
 
 def test_colossal_ai_ddp_on_more_ranks_than_gpus():

@@ -21,8 +21,10 @@ from helpers.train.diagnose import diagnose
 COMPILING = "[extension] Compiling the JIT fused_optim_cuda kernel during runtime now"
 FINISHED = "[extension] Time taken to compile fused_optim_cuda op: 54.1 seconds"
 # a process that takes a lock as torch's FileBaton.try_acquire does and keeps the descriptor open
-HOLD = "import os, sys, time; os.open(sys.argv[1], os.O_CREAT | os.O_EXCL); print('held', flush=True); " \
-       "time.sleep(120)"
+HOLD = (
+    "import os, sys, time; os.open(sys.argv[1], os.O_CREAT | os.O_EXCL); print('held', flush=True); "
+    "time.sleep(120)"
+)
 
 
 def _start(args, **kw):
@@ -54,7 +56,10 @@ def test_locks_name_the_live_holder(root):
 
 def test_clear_stale_removes_only_the_orphan(root, capsys):
     tmp, proc = root
-    held, orphan = tmp / "torch2.13_cuda-12.8-aaa" / "lock", tmp / "torch2.13_cuda-12.8-bbb" / "lock"
+    held, orphan = (
+        tmp / "torch2.13_cuda-12.8-aaa" / "lock",
+        tmp / "torch2.13_cuda-12.8-bbb" / "lock",
+    )
     assert kernels.clear_stale(root=tmp) == [orphan.resolve()]
     assert held.exists() and not orphan.exists()
     out = capsys.readouterr().out
@@ -77,7 +82,9 @@ def test_a_process_building_in_the_folder_holds_it(tmp_path):
         assert proc.stdout.readline().strip() == "up"
         [lock] = kernels.locks(tmp_path)
         assert lock.holder == proc.pid and lock.how.startswith("runs in its folder")
-        assert kernels.clear_stale(verbose=False, root=tmp_path) == [] and (folder / "lock").exists()
+        assert (
+            kernels.clear_stale(verbose=False, root=tmp_path) == [] and (folder / "lock").exists()
+        )
     finally:
         proc.kill()
         proc.wait()
@@ -116,10 +123,14 @@ def test_unfinished_builds_reads_the_last_line_per_kernel():
 
 
 def test_timeout_hint_imports_neither_torch_nor_colossalai(tmp_path):
-    code = ("import sys; from helpers.run import kernels; "
-            f"print(kernels.timeout_hint({{0: [{COMPILING!r}]}}, root={str(tmp_path)!r})[:4]); "
-            "print('torch' in sys.modules, 'colossalai' in sys.modules)")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    code = (
+        "import sys; from helpers.run import kernels; "
+        f"print(kernels.timeout_hint({{0: [{COMPILING!r}]}}, root={str(tmp_path)!r})[:4]); "
+        "print('torch' in sys.modules, 'colossalai' in sys.modules)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
     assert out.split("\n")[:2] == ["Rank", "False False"]
 
 
@@ -139,9 +150,13 @@ def test_cli_list_and_clear(tmp_path):
     cli = [sys.executable, "-m", "helpers.run.kernels", "--root", str(tmp_path)]
     listed = subprocess.run([*cli, "--list"], capture_output=True, text=True, check=True).stdout
     assert "stale: no live holder" in listed and "built: " in listed
-    cleared = subprocess.run([*cli, "--clear-stale"], capture_output=True, text=True, check=True).stdout
+    cleared = subprocess.run(
+        [*cli, "--clear-stale"], capture_output=True, text=True, check=True
+    ).stdout
     assert cleared.startswith("removed stale lock") and not (tmp_path / "f" / "lock").exists()
-    again = subprocess.run([*cli, "--clear-stale"], capture_output=True, text=True, check=True).stdout
+    again = subprocess.run(
+        [*cli, "--clear-stale"], capture_output=True, text=True, check=True
+    ).stdout
     assert again.strip() == f"no stale lock under {tmp_path}"
 
 

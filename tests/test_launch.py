@@ -77,9 +77,16 @@ def test_the_root_cause_wins_over_a_partners_knock_on_error():
     from helpers.run.launch import LAUNCHER, _failing_rank
 
     lines = {
-        0: ["Traceback (most recent call last):", "RuntimeError: [pair.cc:553] Connection closed by peer [127.0.0.1]:1"],
+        0: [
+            "Traceback (most recent call last):",
+            "RuntimeError: [pair.cc:553] Connection closed by peer [127.0.0.1]:1",
+        ],
         1: ["Traceback (most recent call last):", "RuntimeError: rank 1 crashed on purpose"],
-        LAUNCHER: ["Root Cause (first observed failure):", "[0]:", "  rank      : 0 (local_rank: 0)"],
+        LAUNCHER: [
+            "Root Cause (first observed failure):",
+            "[0]:",
+            "  rank      : 0 (local_rank: 0)",
+        ],
     }
     assert _failing_rank(lines) == 1  # torchrun saw rank 0 exit first; rank 1 is the cause
     assert _failing_rank({0: lines[0], LAUNCHER: lines[LAUNCHER]}) == 0
@@ -110,7 +117,9 @@ def test_ranks_on_the_cpu_see_no_cuda():
     from helpers.run.env import gpu_count
 
     ranks = launch("selftest", nproc=gpu_count() + 1, show="none").results
-    assert {(r["backend"], r["device"], r["cuda_visible"]) for r in ranks} == {("gloo", "cpu", False)}
+    assert {(r["backend"], r["device"], r["cuda_visible"]) for r in ranks} == {
+        ("gloo", "cpu", False)
+    }
 
 
 def test_a_timeout_during_a_kernel_build_says_so():
@@ -118,5 +127,7 @@ def test_a_timeout_during_a_kernel_build_says_so():
     with pytest.raises(LaunchTimeout) as err:
         launch("selftest", nproc=2, args=["--mode", "build"], timeout_s=20, show="none")
     message = str(err.value)
-    assert "Rank 0 printed Colossal-AI's \"Compiling the JIT fused_optim_cuda kernel\" line" in message
+    assert (
+        'Rank 0 printed Colossal-AI\'s "Compiling the JIT fused_optim_cuda kernel" line' in message
+    )
     assert "python -m helpers.run.kernels --clear-stale" in message

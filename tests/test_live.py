@@ -9,20 +9,31 @@ from helpers.notebook import live
 
 def test_every_launch_in_every_notebook_is_read():
     for path in sorted(live.NOTEBOOKS.glob("*.ipynb")):
-        code = "\n".join("".join(c["source"]) for c in json.loads(path.read_text())["cells"]
-                         if c["cell_type"] == "code")
+        code = "\n".join(
+            "".join(c["source"])
+            for c in json.loads(path.read_text())["cells"]
+            if c["cell_type"] == "code"
+        )
         found = live.launches(path.stem)
         assert len(found) == len(dict.fromkeys(found))
         assert all(f'launch("{demo}"' in code for demo, _ in found)
 
 
 def test_the_table_follows_the_rule():
-    rows = {(r["run"], r["ranks"]): r for r in live.rows("09_quick_demos", gpu_only={"LowLevelZero": 2})}
+    rows = {
+        (r["run"], r["ranks"]): r for r in live.rows("09_quick_demos", gpu_only={"LowLevelZero": 2})
+    }
     assert rows[("ch09_resnet_train", 1)]["1 GPU"] == "GPU, NCCL"
     assert rows[("ch09_resnet_train", 2)]["1 GPU"] == "CPU, gloo"
-    assert rows[("ch09_moe", 4)]["2 GPUs"] == "CPU, gloo" and rows[("ch09_moe", 4)]["8 GPUs"] == "GPU, NCCL"
-    assert [rows[("LowLevelZero", 2)][f] for f in ("0 GPUs", "1 GPU", "2 GPUs")] == ["recorded", "recorded",
-                                                                                      "live, GPU"]
+    assert (
+        rows[("ch09_moe", 4)]["2 GPUs"] == "CPU, gloo"
+        and rows[("ch09_moe", 4)]["8 GPUs"] == "GPU, NCCL"
+    )
+    assert [rows[("LowLevelZero", 2)][f] for f in ("0 GPUs", "1 GPU", "2 GPUs")] == [
+        "recorded",
+        "recorded",
+        "live, GPU",
+    ]
 
 
 def test_every_notebook_prints_its_table_at_the_top():

@@ -3,8 +3,14 @@
 import pytest
 
 from helpers.parallel.layouts import QWEN2_7B, Layout, ModelShape
-from helpers.cost.memory import (MemoryBreakdown, estimate, layer_activations, model_states, seed_estimate_memory,
-                            seed_omissions)
+from helpers.cost.memory import (
+    MemoryBreakdown,
+    estimate,
+    layer_activations,
+    model_states,
+    seed_estimate_memory,
+    seed_omissions,
+)
 
 GB = 1e9
 
@@ -31,12 +37,18 @@ def test_seed_estimate_memory():
     """Seed: 7 B × 16 B = 112 GB for one replica; T = 4, P = 2 → 14 GB."""
     assert seed_estimate_memory(7, 1, 1) == pytest.approx(112.0)
     assert seed_estimate_memory(7, 4, 2) == pytest.approx(14.0)
-    assert estimate(7e9, tp=4, pp=2).gb() == pytest.approx(14.0)  # the model agrees without DP or activations
+    assert estimate(7e9, tp=4, pp=2).gb() == pytest.approx(
+        14.0
+    )  # the model agrees without DP or activations
 
 
 def test_seed_omissions_text_names_what_is_missing():
-    text = seed_omissions(7, 4, 2, dp=4, zero_stage=1, shape=ModelShape(32, 32, hidden=4096, seq_len=2048))
-    assert "14.0 GB" in text and "data-parallel" in text and "activations" in text and "NCCL" in text
+    text = seed_omissions(
+        7, 4, 2, dp=4, zero_stage=1, shape=ModelShape(32, 32, hidden=4096, seq_len=2048)
+    )
+    assert (
+        "14.0 GB" in text and "data-parallel" in text and "activations" in text and "NCCL" in text
+    )
 
 
 def test_korthikanti_table_2_per_layer():
@@ -72,7 +84,9 @@ def test_pipeline_first_stage_holds_p_microbatches():
 def test_layout_and_offload_and_overhead():
     layout = Layout(dp=8, tp=4, pp=1, sp_mode="split_gather", microbatch=2, zero_stage=2)
     est = estimate(7.6e9, layout, shape=QWEN2_7B, flash=True, overhead_bytes=2**30)
-    assert est.activations == 28 * layer_activations(4096, 2, 3584, 28, 4, sequence_parallel=True, flash=True)
+    assert est.activations == 28 * layer_activations(
+        4096, 2, 3584, 28, 4, sequence_parallel=True, flash=True
+    )
     assert est.gib("overhead") == 1.0
     off = estimate(7.6e9, layout, shape=QWEN2_7B, flash=True, offload=True)
     assert off.optimizer == 0 and off.cpu_optimizer == est.optimizer
@@ -96,7 +110,9 @@ SHAPE = ModelShape(layers=32, heads=32, hidden=4096, seq_len=2048)
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 @pytest.mark.parametrize("dp", [1, 2, 64])
 def test_higher_zero_stage_never_uses_more(precision, dp):
-    totals = [estimate(7e9, dp=dp, zero_stage=z, precision=precision, shape=SHAPE).total for z in range(4)]
+    totals = [
+        estimate(7e9, dp=dp, zero_stage=z, precision=precision, shape=SHAPE).total for z in range(4)
+    ]
     assert totals == sorted(totals, reverse=True)
 
 
@@ -109,24 +125,32 @@ def test_recomputation_never_uses_more(tp, sp_mode, flash):
 
 @pytest.mark.parametrize("sp_mode", [None, "split_gather"])
 def test_more_tensor_parallelism_never_uses_more(sp_mode):
-    totals = [estimate(7e9, tp=t, sp_mode=sp_mode if t > 1 else None, shape=SHAPE, micro_batch=2).total
-              for t in (1, 2, 4, 8, 16, 32)]
+    totals = [
+        estimate(7e9, tp=t, sp_mode=sp_mode if t > 1 else None, shape=SHAPE, micro_batch=2).total
+        for t in (1, 2, 4, 8, 16, 32)
+    ]
     assert totals == sorted(totals, reverse=True)
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    (dict(params=-1), "params must be non-negative"),
-    (dict(params=1e9, precision="int8"), r"unknown precision 'int8'; valid: \['bf16', 'fp16', 'fp32'\]"),
-    (dict(params=1e9, zero_stage=4), "ZeRO stage must be 0, 1, 2 or 3"),
-    (dict(params=1e9, zero_stage=-1), "ZeRO stage must be 0, 1, 2 or 3"),
-    (dict(params=1e9, tp=3, shape=SHAPE), "32 attention heads are not divisible"),
-    (dict(params=1e9, tp=0), "tp must be a positive integer"),
-    (dict(params=1e9, shape=SHAPE, micro_batch=-2), "micro_batch must be positive"),
-    (dict(params=1e9, shape=SHAPE, seq_len=-5), "seq_len must be positive"),
-    (dict(params=1e9, overhead_bytes=-1), "overhead_bytes must be non-negative"),
-    (dict(params=1e9, sp_mode="ulysses"), "unknown sequence parallelism mode"),
-    (dict(params=1e9, pp=3, shape=SHAPE), "32 layers do not split evenly"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(params=-1), "params must be non-negative"),
+        (
+            dict(params=1e9, precision="int8"),
+            r"unknown precision 'int8'; valid: \['bf16', 'fp16', 'fp32'\]",
+        ),
+        (dict(params=1e9, zero_stage=4), "ZeRO stage must be 0, 1, 2 or 3"),
+        (dict(params=1e9, zero_stage=-1), "ZeRO stage must be 0, 1, 2 or 3"),
+        (dict(params=1e9, tp=3, shape=SHAPE), "32 attention heads are not divisible"),
+        (dict(params=1e9, tp=0), "tp must be a positive integer"),
+        (dict(params=1e9, shape=SHAPE, micro_batch=-2), "micro_batch must be positive"),
+        (dict(params=1e9, shape=SHAPE, seq_len=-5), "seq_len must be positive"),
+        (dict(params=1e9, overhead_bytes=-1), "overhead_bytes must be non-negative"),
+        (dict(params=1e9, sp_mode="ulysses"), "unknown sequence parallelism mode"),
+        (dict(params=1e9, pp=3, shape=SHAPE), "32 layers do not split evenly"),
+    ],
+)
 def test_bad_input_raises_clear_value_error(kwargs, match):
     with pytest.raises(ValueError, match=match):
         estimate(**kwargs)

@@ -21,7 +21,9 @@ def test_coordinates_agree_with_colossalai_process_group_mesh(shape):
     mesh = RankMesh(*shape)
     for rank in range(mesh.world_size):
         assert tuple(mesh.coords(rank).values()) == ProcessGroupMesh.unravel(rank, shape)
-        assert mesh.rank_of(**mesh.coords(rank)) == ProcessGroupMesh.ravel(ProcessGroupMesh.unravel(rank, shape), shape)
+        assert mesh.rank_of(**mesh.coords(rank)) == ProcessGroupMesh.ravel(
+            ProcessGroupMesh.unravel(rank, shape), shape
+        )
 
 
 @pytest.mark.parametrize("shape", [(2, 2, 2, 1), (2, 1, 2, 2)])

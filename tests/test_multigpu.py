@@ -26,7 +26,12 @@ def parsed(run, quick=False):
 
 def test_runs_are_the_issues_layouts_with_unique_keys():
     assert len(set(mg.KEYS)) == len(mg.RUNS)
-    assert {r.key for r in mg.RUNS if r.gpus == 4} == {"tp2_pp2", "tp2_dp2_zero1", "sp2_dp2", "ep2_dp2"}
+    assert {r.key for r in mg.RUNS if r.gpus == 4} == {
+        "tp2_pp2",
+        "tp2_dp2_zero1",
+        "sp2_dp2",
+        "ep2_dp2",
+    }
     assert {"dp2_pp2_tp2", "kill_resume_dp4_tp2"} <= {r.key for r in mg.RUNS if r.gpus == 8}
     assert all(r.gpus in (4, 8) for r in mg.RUNS)
     with pytest.raises(ValueError, match="unknown run"):
@@ -38,8 +43,14 @@ def test_every_run_parses_with_its_demos_own_parser(quick):
     for run in mg.RUNS:
         ns = parsed(run, quick)
         if run.demo == "ch09_hybrid" and not quick:  # Chapter 9's 2-GPU settings: the 0.54 B Llama
-            assert (ns.preset, ns.batch, ns.seq, ns.steps, ns.ref_steps, ns.optim) == \
-                ("half", 16, 1024, 10, 4, "hybrid_adam")
+            assert (ns.preset, ns.batch, ns.seq, ns.steps, ns.ref_steps, ns.optim) == (
+                "half",
+                16,
+                1024,
+                10,
+                4,
+                "hybrid_adam",
+            )
         if run.demo == "ch09_hybrid":
             assert ns.ref_steps >= 2 and ns.precision == "bf16"
         if run.demo == "ch05_train":
@@ -57,14 +68,21 @@ def test_hybrid_runs_use_the_flags_that_ran_on_two_h200():
     for run in mg.RUNS:
         if run.demo == "ch09_hybrid":
             full = mg.demo_args(run)
-            assert full[:len(mg.HYBRID_COMMON)] == ran[0][:len(mg.HYBRID_COMMON)]
+            assert full[: len(mg.HYBRID_COMMON)] == ran[0][: len(mg.HYBRID_COMMON)]
             assert {a for a in run.args if a.startswith("--")} <= flags_that_ran
 
 
 def hybrid_layout(run, ns) -> Layout:
     sp_mode = ns.sp_mode if ns.sp_mode else None
-    return Layout.for_world(run.gpus, tp=ns.tp, pp=ns.pp, sp=ns.sp if sp_mode == "all_to_all" else 1,
-                            sp_mode=sp_mode, microbatch=ns.mbs if ns.pp > 1 else None, zero_stage=ns.zero)
+    return Layout.for_world(
+        run.gpus,
+        tp=ns.tp,
+        pp=ns.pp,
+        sp=ns.sp if sp_mode == "all_to_all" else 1,
+        sp_mode=sp_mode,
+        microbatch=ns.mbs if ns.pp > 1 else None,
+        zero_stage=ns.zero,
+    )
 
 
 @pytest.mark.parametrize("quick", [False, True])
@@ -80,7 +98,9 @@ def test_every_layout_divides_its_world_and_its_batch(quick):
             assert layout.world_size == run.gpus and layout.dp == planned["dp"], run.key
             assert ns.batch % layout.dp == 0
             # the demo's own arithmetic: a data rank's batch, split into micro-batches, at least one per stage
-            local = ns.batch // (run.gpus // (ns.tp * ns.pp * (ns.sp if ns.sp_mode == "all_to_all" else 1)))
+            local = ns.batch // (
+                run.gpus // (ns.tp * ns.pp * (ns.sp if ns.sp_mode == "all_to_all" else 1))
+            )
             assert local * layout.dp == ns.batch and local // ns.mbs >= ns.pp
         elif run.demo == "ch09_mixtral":
             # MoeHybridParallelPlugin: dp = world / (tp·pp); 'dp_size should be divisible by ep_size'
@@ -90,7 +110,9 @@ def test_every_layout_divides_its_world_and_its_batch(quick):
             from helpers.config.schema import load_config
             from helpers.config.plugin import check_signature, plugin_spec
 
-            cfg = load_config(ns.config).resolve(run.gpus)  # validates batch, micro-batches, heads, layers
+            cfg = load_config(ns.config).resolve(
+                run.gpus
+            )  # validates batch, micro-batches, heads, layers
             check_signature(plugin_spec(cfg))
             p = cfg.parallelism
             assert cfg.data_degree * p.tensor * p.pipeline == run.gpus
@@ -130,7 +152,11 @@ def test_a_four_gpu_machine_tries_only_the_four_gpu_runs(tmp_path, monkeypatch):
     monkeypatch.setattr(results, "RESULTS_DIR", tmp_path)
     out = {r["name"]: r for r in mg.record(budget_s=0, gpus_here=4)}  # budget 0: nothing launches
     for run in mg.RUNS:
-        want = "the recording's budget was spent" if run.gpus == 4 else "needs 8 GPUs, this machine has 4"
+        want = (
+            "the recording's budget was spent"
+            if run.gpus == 4
+            else "needs 8 GPUs, this machine has 4"
+        )
         assert out[run.key]["error"] == "skipped: " + want
     out = mg.record(["kill_resume_3d"], budget_s=0, gpus_here=8)
     assert [r["error"] for r in out] == ["skipped: the recording's budget was spent"]
@@ -138,34 +164,81 @@ def test_a_four_gpu_machine_tries_only_the_four_gpu_runs(tmp_path, monkeypatch):
 
 def fake_hybrid(layout: dict, losses, reference, tokens=(100_000, 90_000)) -> list[dict]:
     """Two ranks' RESULT lines of ch09_hybrid (both on the last stage)."""
-    return [dict(rank=k, layout={**layout, "last_stage": True}, gpus=8, preset="half", seq=1024, tokens_per_s=t,
-                 mfu=0.2, peak_mib=1000.0, losses=list(losses), reference=list(reference), steps=len(losses))
-            for k, t in enumerate(tokens)]
+    return [
+        dict(
+            rank=k,
+            layout={**layout, "last_stage": True},
+            gpus=8,
+            preset="half",
+            seq=1024,
+            tokens_per_s=t,
+            mfu=0.2,
+            peak_mib=1000.0,
+            losses=list(losses),
+            reference=list(reference),
+            steps=len(losses),
+        )
+        for k, t in enumerate(tokens)
+    ]
 
 
-def test_a_launched_run_is_saved_with_provenance_and_kept_when_a_later_recording_skips_it(tmp_path, monkeypatch):
+def test_a_launched_run_is_saved_with_provenance_and_kept_when_a_later_recording_skips_it(
+    tmp_path, monkeypatch
+):
     monkeypatch.setattr(results, "RESULTS_DIR", tmp_path)
     launched = []
 
     def fake_run_part(tag, part, runs, deadline, show="none", not_run=None):
-        (name, demo, gpus, args, timeout_s), = runs
+        ((name, demo, gpus, args, timeout_s),) = runs
         if not_run:
-            return [{"name": name, "demo": demo, "gpus": gpus, "args": args, "ok": False, "error": not_run,
-                     "results": [], "part": part}]
+            return [
+                {
+                    "name": name,
+                    "demo": demo,
+                    "gpus": gpus,
+                    "args": args,
+                    "ok": False,
+                    "error": not_run,
+                    "results": [],
+                    "part": part,
+                }
+            ]
         launched.append((name, timeout_s))
         res = fake_hybrid({"dp": 2, "tp": 2, "pp": 1, "sp": 1}, [10.5, 9.0], [10.5, 9.01])
-        return [{"name": name, "demo": demo, "gpus": gpus, "args": args, "ok": True, "results": res, "part": part,
-                 "seconds": 1.0}]
+        return [
+            {
+                "name": name,
+                "demo": demo,
+                "gpus": gpus,
+                "args": args,
+                "ok": True,
+                "results": res,
+                "part": part,
+                "seconds": 1.0,
+            }
+        ]
 
     monkeypatch.setattr(mg, "run_part", fake_run_part)
-    mg.record(["tp2_pp2", "tp2_dp2_zero1"], save_results=True, gpus_here=4, copy_to=tmp_path / "out")
-    assert launched == [("tp2_pp2", mg.FIRST_TIMEOUT_S), ("tp2_dp2_zero1", 300.0)]  # only the first compiles
+    mg.record(
+        ["tp2_pp2", "tp2_dp2_zero1"], save_results=True, gpus_here=4, copy_to=tmp_path / "out"
+    )
+    assert launched == [
+        ("tp2_pp2", mg.FIRST_TIMEOUT_S),
+        ("tp2_dp2_zero1", 300.0),
+    ]  # only the first compiles
     path = tmp_path / results.hardware() / "multigpu.json"
     saved = json.loads(path.read_text())
-    assert saved["provenance"]["command"] == "python -m helpers.record.ch02 --record --only tp2_pp2 tp2_dp2_zero1"
+    assert (
+        saved["provenance"]["command"]
+        == "python -m helpers.record.ch02 --record --only tp2_pp2 tp2_dp2_zero1"
+    )
     assert [r["name"] for r in saved["runs"]] == ["tp2_pp2", "tp2_dp2_zero1"]
-    assert json.loads((tmp_path / "out" / results.hardware() / "multigpu.json").read_text()) == saved  # $OUT
-    mg.record(["tp2_pp2", "sp2_dp2"], save_results=True, gpus_here=2)  # nothing launched: nothing saved
+    assert (
+        json.loads((tmp_path / "out" / results.hardware() / "multigpu.json").read_text()) == saved
+    )  # $OUT
+    mg.record(
+        ["tp2_pp2", "sp2_dp2"], save_results=True, gpus_here=2
+    )  # nothing launched: nothing saved
     assert json.loads(path.read_text()) == saved
     kept = mg.merge(saved, [{"name": "tp2_pp2", "ok": False, "error": "skipped: x", "results": []}])
     assert kept[0]["ok"] and kept[0]["provenance"] == saved["provenance"]
@@ -174,34 +247,70 @@ def test_a_launched_run_is_saved_with_provenance_and_kept_when_a_later_recording
 def write_record(root, hardware, runs, date="2027-01-01 10:00 UTC"):
     folder = root / hardware
     folder.mkdir(parents=True, exist_ok=True)
-    prov = {"hardware": hardware, "date": date, "command": "python -m helpers.record.ch02 --record",
-            "git_commit": "abc", "versions": {"torch": "2.11", "cuda": "12", "colossalai": "0.5.0",
-                                              "transformers": "4.51.3"}}
+    prov = {
+        "hardware": hardware,
+        "date": date,
+        "command": "python -m helpers.record.ch02 --record",
+        "git_commit": "abc",
+        "versions": {
+            "torch": "2.11",
+            "cuda": "12",
+            "colossalai": "0.5.0",
+            "transformers": "4.51.3",
+        },
+    }
     (folder / "multigpu.json").write_text(json.dumps({"provenance": prov, "runs": runs}))
 
 
 def test_missing_runs_with_and_without_a_record(tmp_path, monkeypatch):
     monkeypatch.setattr(results, "RESULTS_DIR", tmp_path)
     assert show.missing_runs() == list(mg.KEYS)
-    assert "python -m helpers.record.ch02 --record --only tp2_pp2 tp2_dp2_zero1 sp2_dp2 ep2_dp2" in show.waiting()
+    assert (
+        "python -m helpers.record.ch02 --record --only tp2_pp2 tp2_dp2_zero1 sp2_dp2 ep2_dp2"
+        in show.waiting()
+    )
     four = [r.key for r in mg.RUNS if r.gpus == 4]
     eight = [r.key for r in mg.RUNS if r.gpus == 8]
-    runs = [{"name": k, "ok": True, "results": fake_hybrid({"dp": 2, "tp": 2, "pp": 1, "sp": 1}, [10.0], [10.0])}
-            for k in four[:3]]
-    runs += [{"name": four[3], "ok": False, "error": "boom", "results": []}]  # launched and failed: not missing
-    runs += [{"name": k, "ok": False, "error": "skipped: needs 8 GPUs, this machine has 4", "results": []}
-             for k in eight]
+    runs = [
+        {
+            "name": k,
+            "ok": True,
+            "results": fake_hybrid({"dp": 2, "tp": 2, "pp": 1, "sp": 1}, [10.0], [10.0]),
+        }
+        for k in four[:3]
+    ]
+    runs += [
+        {"name": four[3], "ok": False, "error": "boom", "results": []}
+    ]  # launched and failed: not missing
+    runs += [
+        {
+            "name": k,
+            "ok": False,
+            "error": "skipped: needs 8 GPUs, this machine has 4",
+            "results": [],
+        }
+        for k in eight
+    ]
     write_record(tmp_path, "4xNVIDIA-H200", runs)
-    write_record(tmp_path, "cpu", [{"name": k, "ok": True, "results": []} for k in mg.KEYS])  # never counts
+    write_record(
+        tmp_path, "cpu", [{"name": k, "ok": True, "results": []} for k in mg.KEYS]
+    )  # never counts
     assert show.missing_runs() == eight
-    assert show.missing_runs(include_failed=True) == [k for k in mg.KEYS if k in {"ep2_dp2", *eight}]  # it failed
+    assert show.missing_runs(include_failed=True) == [
+        k for k in mg.KEYS if k in {"ep2_dp2", *eight}
+    ]  # it failed
     text = show.waiting()
     assert "Launched but not ok (see the verdicts): ep2_dp2" in text
-    assert "4 GPUs" not in text and f"python -m helpers.record.ch02 --record --only {' '.join(eight)}" in text
+    assert (
+        "4 GPUs" not in text
+        and f"python -m helpers.record.ch02 --record --only {' '.join(eight)}" in text
+    )
     rows = {r["run"]: r for r in show.summary_rows()}
     assert rows[mg.run_named("ep2_dp2").title]["verdict"] == "NOT OK: failed: boom"
     assert rows[mg.run_named("dp2_pp2_tp2").title]["verdict"] == "not run yet: needs 8 GPUs"
-    write_record(tmp_path, "8xNVIDIA-H200", [{"name": k, "ok": True, "results": []} for k in mg.KEYS])
+    write_record(
+        tmp_path, "8xNVIDIA-H200", [{"name": k, "ok": True, "results": []} for k in mg.KEYS]
+    )
     assert show.missing_runs() == []  # the 8-GPU record's runs are later: they are the ones shown
     assert show.waiting().endswith("Every 4- and 8-GPU run is recorded.")
 
@@ -210,46 +319,104 @@ def test_summary_verdicts_of_synthetic_multi_rank_results(tmp_path, monkeypatch)
     monkeypatch.setattr(results, "RESULTS_DIR", tmp_path)
     three_d = {"dp": 2, "tp": 2, "pp": 2, "sp": 1}
     nan = float("nan")
-    kr = {"runs": [{"ok": True}, {"ok": False, "failed_rank": mg.KILL_RANK}, {"ok": True}], "max_loss_diff": 2e-4}
+    kr = {
+        "runs": [{"ok": True}, {"ok": False, "failed_rank": mg.KILL_RANK}, {"ok": True}],
+        "max_loss_diff": 2e-4,
+    }
     runs = [
-        {"name": "dp2_pp2_tp2", "ok": True, "results": fake_hybrid(three_d, [10.6, 9.0], [10.6, 9.004])
-         + [dict(rank=k, layout={**three_d, "last_stage": False}, gpus=8, preset="half", seq=1024,
-                 tokens_per_s=95_000, mfu=0.2, peak_mib=900.0) for k in (2, 3)]},  # first stage: no losses
+        {
+            "name": "dp2_pp2_tp2",
+            "ok": True,
+            "results": fake_hybrid(three_d, [10.6, 9.0], [10.6, 9.004])
+            + [
+                dict(
+                    rank=k,
+                    layout={**three_d, "last_stage": False},
+                    gpus=8,
+                    preset="half",
+                    seq=1024,
+                    tokens_per_s=95_000,
+                    mfu=0.2,
+                    peak_mib=900.0,
+                )
+                for k in (2, 3)
+            ],
+        },  # first stage: no losses
         {"name": "tp2_pp2", "ok": True, "results": fake_hybrid(three_d, [10.6, 9.2], [10.6, 9.0])},
-        {"name": "tp2_dp2_zero1", "ok": True, "results": fake_hybrid(three_d, [10.6, nan], [10.6, 9.0])},
-        {"name": "sp2_dp2", "ok": True, "results": fake_hybrid(three_d, [10.625, 9.0], [10.56, 9.0])},  # one bf16 step
-        {"name": "ep2_dp2", "ok": True, "results": [dict(rank=0, ep=2, dp=4, moe_dp=2, tokens_per_s=50_000,
-                                                         losses=[10.4, 9.9], reference=[10.4, 9.9])]},
+        {
+            "name": "tp2_dp2_zero1",
+            "ok": True,
+            "results": fake_hybrid(three_d, [10.6, nan], [10.6, 9.0]),
+        },
+        {
+            "name": "sp2_dp2",
+            "ok": True,
+            "results": fake_hybrid(three_d, [10.625, 9.0], [10.56, 9.0]),
+        },  # one bf16 step
+        {
+            "name": "ep2_dp2",
+            "ok": True,
+            "results": [
+                dict(
+                    rank=0,
+                    ep=2,
+                    dp=4,
+                    moe_dp=2,
+                    tokens_per_s=50_000,
+                    losses=[10.4, 9.9],
+                    reference=[10.4, 9.9],
+                )
+            ],
+        },
         {"name": "kill_resume_dp4_tp2", "ok": True, "results": [], "kill_and_resume": kr},
     ]
     write_record(tmp_path, "8xNVIDIA-H200", runs)
     rows = {r["run"]: r for r in show.summary_rows()}
     row = lambda key: rows[mg.run_named(key).title]  # noqa: E731
     assert row("dp2_pp2_tp2")["verdict"].startswith("ok: within 0.05")
-    assert row("dp2_pp2_tp2")["tokens/s"] == "90,000" and row("dp2_pp2_tp2")["max loss gap"] == "0.0040"
-    assert row("dp2_pp2_tp2")["layout"] == "dp=2 × pp=2 × tp=2" and row("dp2_pp2_tp2")["MFU"].endswith("%")
+    assert (
+        row("dp2_pp2_tp2")["tokens/s"] == "90,000"
+        and row("dp2_pp2_tp2")["max loss gap"] == "0.0040"
+    )
+    assert row("dp2_pp2_tp2")["layout"] == "dp=2 × pp=2 × tp=2" and row("dp2_pp2_tp2")[
+        "MFU"
+    ].endswith("%")
     assert row("tp2_pp2")["verdict"] == "NOT OK: loss departs from the reference by 0.200"
     assert row("tp2_dp2_zero1")["verdict"] == "NOT OK: loss not finite from step 2 on"
-    assert row("sp2_dp2")["verdict"].startswith("ok: within 0.1125")  # 0.05 + 1/16 at a loss near 10
-    assert row("ep2_dp2")["layout"] == "ep=2 × moe_dp=2 (dense layers: dp=4)" and row("ep2_dp2")["MFU"] == ""
+    assert row("sp2_dp2")["verdict"].startswith(
+        "ok: within 0.1125"
+    )  # 0.05 + 1/16 at a loss near 10
+    assert (
+        row("ep2_dp2")["layout"] == "ep=2 × moe_dp=2 (dense layers: dp=4)"
+        and row("ep2_dp2")["MFU"] == ""
+    )
     assert row("ep2_dp2")["verdict"].startswith("ok")
     assert row("kill_resume_dp4_tp2")["verdict"].startswith("ok: rank 6 killed at step 5")
     assert row("kill_resume_3d")["verdict"] == "not run yet: needs 8 GPUs"
     bad = {**kr, "max_loss_diff": 0.3}
-    assert not show.verdict(mg.run_named("kill_resume_3d"), {"ok": True, "kill_and_resume": bad})["valid"]
+    assert not show.verdict(mg.run_named("kill_resume_3d"), {"ok": True, "kill_and_resume": bad})[
+        "valid"
+    ]
 
 
 def test_kill_and_resume_run_on_two_cpu_ranks():
     """The recorder's wrapper around Chapter 5's kill-and-resume, end to end on gloo (2 ranks, the
     chapter's tiny config): the record's shape and its verdict, as the 8-GPU run will give them."""
-    run = mg.Run("cpu_dp2", "kill-and-resume, 2 CPU ranks", 2, "ch05_train",
-                 ("--config", "helpers/demos/ch05_tiny.yaml"))
+    run = mg.Run(
+        "cpu_dp2",
+        "kill-and-resume, 2 CPU ranks",
+        2,
+        "ch05_train",
+        ("--config", "helpers/demos/ch05_tiny.yaml"),
+    )
     rec = mg.kill_and_resume_run(run, kill_rank=1)
     assert rec["ok"], rec.get("error")
     kr = rec["kill_and_resume"]
     assert kr["runs"][1]["failed_rank"] == 1 and kr["on_disk_after_kill"] == ["step_00000003"]
     v = show.verdict(run, rec)
-    assert v["valid"] and v["max_ref_gap"] < 1e-6 and v["reason"].startswith("rank 1 killed at step 5")
+    assert (
+        v["valid"] and v["max_ref_gap"] < 1e-6 and v["reason"].startswith("rank 1 killed at step 5")
+    )
     json.dumps(rec)  # what results.save writes
 
 
@@ -261,9 +428,14 @@ def test_chapter_two_shows_the_record_and_quotes_the_recorders_rules():
     notebook = json.loads((root / "notebooks" / "02_combining.ipynb").read_text())
     code = "".join("".join(c["source"]) for c in notebook["cells"] if c["cell_type"] == "code")
     assert "```{glue} ch02-multigpu :doc: ../notebooks/02_combining.ipynb" in page
-    assert 'show_table(rows, list(rows[0]), "ch02-multigpu")' in code and "multigpu_show.waiting()" in code
+    assert (
+        'show_table(rows, list(rows[0]), "ch02-multigpu")' in code
+        and "multigpu_show.waiting()" in code
+    )
     assert f"within {mg.TOLERANCE} of it" in page and show.command_for(list(mg.KEYS)) in page
-    assert show.reference_tolerance(mg.run_named("sp2_dp2"), [10.6]) == mg.TOLERANCE + 1 / 16  # "one bf16 step"
+    assert (
+        show.reference_tolerance(mg.run_named("sp2_dp2"), [10.6]) == mg.TOLERANCE + 1 / 16
+    )  # "one bf16 step"
     assert show.reference_tolerance(mg.run_named("tp2_pp2"), [10.6]) == mg.TOLERANCE
 
 
@@ -274,12 +446,17 @@ def test_the_recorder_keeps_nvlink_multicast_off_for_every_rank(tmp_path, monkey
     for name in mg.MULTICAST_OFF:
         monkeypatch.setenv(name, "x")  # even when set otherwise, the recorder sets the safe values
     mg.record(gpus_here=2)
-    assert {n: os.environ[n] for n in mg.MULTICAST_OFF} == \
-        {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+    assert {n: os.environ[n] for n in mg.MULTICAST_OFF} == {
+        "NCCL_NVLS_ENABLE": "0",
+        "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+        "NVSHMEM_DISABLE_NVLS": "1",
+    }
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(__import__("helpers.run.env", fromlist=["gpu_count"]).gpu_count() < 4, reason="needs 4 GPUs")
+@pytest.mark.skipif(
+    __import__("helpers.run.env", fromlist=["gpu_count"]).gpu_count() < 4, reason="needs 4 GPUs"
+)
 def test_quick_four_gpu_layouts_train_like_their_reference():
     """The --quick path of the 4-GPU runs (tiny Llama, small Mixtral), not saved: each launches and
     its loss stays with its single-GPU reference."""

@@ -34,4 +34,7 @@ def test_chapter9_quotes_the_one_gpu_record():
     [row] = [r for r in show.resnet_world_rows(ONE_9, TWO_9) if r["run"].startswith("1 GPU")]
     one, two = (float(row[f"{b} test accuracy"].rstrip(" %")) for b in ("1×H200", "2×H200"))
     assert f"{one:.2f} %" in page and f"{two:.2f} %" in page
-    assert f"({round(one / 100 * 359)} of the 359 images)" in page and f"{two:.2f} %, {round(two / 100 * 359)})" in page
+    assert (
+        f"({round(one / 100 * 359)} of the 359 images)" in page
+        and f"{two:.2f} %, {round(two / 100 * 359)})" in page
+    )

@@ -60,7 +60,11 @@ def test_seed_score_misleads():
     and still ranks another layout first (DP's gradient all-reduce crosses nodes: the score counts it as 0)."""
     rows = planner.seed_vs_planner()
     first = rows[0]
-    assert first["dp×tp×pp"] == "32×1×1" and first["seed fits"] == "no" and first["planner"].startswith("ZeRO-1")
+    assert (
+        first["dp×tp×pp"] == "32×1×1"
+        and first["seed fits"] == "no"
+        and first["planner"].startswith("ZeRO-1")
+    )
     assert first["planner rank"] != 1
     best = next(r for r in rows if r["planner rank"] == 1)
     assert best["seed rank"] > 1

@@ -47,7 +47,9 @@ def test_link_target_exists(q):
     assert page.exists(), page
     if q.section is not None:
         headings = re.findall(r"^#+ (.+?)\s*$", page.read_text(), re.MULTILINE)
-        assert headings.count(q.section) == 1, f"{q.id}: heading {q.section!r} not found once in {page.name}"
+        assert headings.count(q.section) == 1, (
+            f"{q.id}: heading {q.section!r} not found once in {page.name}"
+        )
     assert q.href().startswith(f"../book/{q.chapter}.html")
 
 
@@ -74,7 +76,9 @@ def test_feedback_and_widget():
     assert "not quite" in verdict.value
 
 
-IN_PROCESS = [p for p in pitfalls.PITFALLS if p.key not in ("pp-loss-rank", "gpt2-causal", "a2a-unsupported")]
+IN_PROCESS = [
+    p for p in pitfalls.PITFALLS if p.key not in ("pp-loss-rank", "gpt2-causal", "a2a-unsupported")
+]
 
 
 @pytest.mark.parametrize("p", IN_PROCESS, ids=[p.key for p in IN_PROCESS])
@@ -98,7 +102,9 @@ def test_pages_glue_every_pitfall_and_chapter():
         assert f"{{doc}}`{p.chapter}`" in ten, p.chapter
         assert (ROOT / "book" / f"{p.chapter}.md").exists()
     for chapter in quiz.CHAPTERS:
-        assert f"```{{glue}} ch11-{chapter}\n:doc: ../notebooks/11_interview.ipynb" in eleven, chapter
+        assert f"```{{glue}} ch11-{chapter}\n:doc: ../notebooks/11_interview.ipynb" in eleven, (
+            chapter
+        )
     for page in (ten, eleven):
         assert "This chapter is an outline" not in page
 
@@ -106,11 +112,16 @@ def test_pages_glue_every_pitfall_and_chapter():
 def _glossary_entries() -> list[tuple[list[str], str]]:
     """(term lines, definition) of every entry of book/glossary.md's glossary block."""
     text = (ROOT / "book" / "glossary.md").read_text()
-    body = text[text.index("```{glossary}\n") + len("```{glossary}\n"):text.rindex("```")]
+    body = text[text.index("```{glossary}\n") + len("```{glossary}\n") : text.rindex("```")]
     entries = []
     for block in body.strip("\n").split("\n\n"):
         lines = block.splitlines()
-        entries.append(([l for l in lines if not l.startswith("  ")], " ".join(l for l in lines if l.startswith("  "))))
+        entries.append(
+            (
+                [l for l in lines if not l.startswith("  ")],
+                " ".join(l for l in lines if l.startswith("  ")),
+            )
+        )
     return entries
 
 
@@ -123,7 +134,9 @@ def test_glossary_terms_bilingual_and_linked():
     english_names = set(names.replace("\n", " ").split(", "))
     for terms, definition in entries:
         assert terms and not han.search(terms[0]), terms  # English first
-        assert terms[0] in english_names or any(han.search(t) for t in terms[1:]), f"no Chinese term for {terms[0]}"
+        assert terms[0] in english_names or any(han.search(t) for t in terms[1:]), (
+            f"no Chinese term for {terms[0]}"
+        )
         links = re.findall(r"\{doc\}`([^`]+)`", definition)
         assert links, f"{terms[0]} links to no chapter"
         assert all((ROOT / "book" / f"{link}.md").exists() for link in links), (terms[0], links)

@@ -23,7 +23,8 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 CHAPTER = re.compile(r"^\d\d_[A-Za-z0-9_]+$")
 STUB_LINE = re.compile(
-    r"^\s*(%|<!--)\s*(stub\b|notebook:\s*none\b)|\bThis chapter is an outline\b", re.IGNORECASE | re.MULTILINE
+    r"^\s*(%|<!--)\s*(stub\b|notebook:\s*none\b)|\bThis chapter is an outline\b",
+    re.IGNORECASE | re.MULTILINE,
 )
 FRONT_MATTER = re.compile(r"\A---\s*\n(.*?)\n---\s*\n", re.DOTALL)
 
@@ -64,7 +65,9 @@ def _resolve(entry: str) -> Path | None:
 
 
 def _notebooks() -> list[Path]:
-    return sorted(p for p in (ROOT / "notebooks").glob("**/*.ipynb") if ".ipynb_checkpoints" not in p.parts)
+    return sorted(
+        p for p in (ROOT / "notebooks").glob("**/*.ipynb") if ".ipynb_checkpoints" not in p.parts
+    )
 
 
 def _pages() -> list[Path]:
@@ -98,19 +101,27 @@ def test_notebook_has_stored_outputs(path: Path):
     code = [c for c in nb["cells"] if c["cell_type"] == "code"]
     source = lambda c: "".join(c["source"]) if isinstance(c["source"], list) else c["source"]  # noqa: E731
     ran = [c for c in code if source(c).strip()]
-    assert any(c.get("outputs") for c in code), f"{path.name} has no stored outputs: run it and save"
-    not_run = [i for i, c in enumerate(code) if source(c).strip() and c.get("execution_count") is None]
+    assert any(c.get("outputs") for c in code), (
+        f"{path.name} has no stored outputs: run it and save"
+    )
+    not_run = [
+        i for i, c in enumerate(code) if source(c).strip() and c.get("execution_count") is None
+    ]
     assert not not_run, f"{path.name}: code cells {not_run} (0-based among code cells) were not run"
     counts = [c["execution_count"] for c in ran]
     assert counts == sorted(counts) and len(set(counts)) == len(counts), (
         f"{path.name}: execution counts {counts} are not increasing: rerun top to bottom and save"
     )
     errors = [
-        i for i, c in enumerate(code)
+        i
+        for i, c in enumerate(code)
         for o in c.get("outputs", [])
-        if o.get("output_type") == "error" and "raises-exception" not in c.get("metadata", {}).get("tags", [])
+        if o.get("output_type") == "error"
+        and "raises-exception" not in c.get("metadata", {}).get("tags", [])
     ]
-    assert not errors, f"{path.name}: code cells {errors} stored an error (tag raises-exception if intended)"
+    assert not errors, (
+        f"{path.name}: code cells {errors} stored an error (tag raises-exception if intended)"
+    )
 
 
 def _is_stub(page: Path) -> bool:

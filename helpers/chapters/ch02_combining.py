@@ -12,7 +12,17 @@ import json
 import math
 
 from helpers.record import results
-from helpers.record.ch02 import KEYS, KILL_RANK, NAME, RUNS, TOLERANCE, Run, attempted, planned_layout, run_named
+from helpers.record.ch02 import (
+    KEYS,
+    KILL_RANK,
+    NAME,
+    RUNS,
+    TOLERANCE,
+    Run,
+    attempted,
+    planned_layout,
+    run_named,
+)
 from helpers.record.runner import loss_verdict
 
 
@@ -28,7 +38,9 @@ def recorded_runs(name: str = NAME) -> dict[str, tuple[dict, dict]]:
     for rec in records(name):
         for run in rec["runs"]:
             prov = run.get("provenance", rec["provenance"])
-            if attempted(run) and (run["name"] not in found or prov["date"] > found[run["name"]][1]["date"]):
+            if attempted(run) and (
+                run["name"] not in found or prov["date"] > found[run["name"]][1]["date"]
+            ):
                 found[run["name"]] = (run, prov)
     return found
 
@@ -37,18 +49,26 @@ def missing_runs(name: str = NAME, include_failed: bool = False) -> list[str]:
     """The keys of the runs that no record under results/ has launched yet, in RUNS order; with
     ``include_failed``, also those whose latest launch failed or gave a wrong loss (:func:`verdict`)."""
     done = recorded_runs(name)
-    return [k for k in KEYS if k not in done or (include_failed and not verdict(run_named(k), done[k][0])["valid"])]
+    return [
+        k
+        for k in KEYS
+        if k not in done or (include_failed and not verdict(run_named(k), done[k][0])["valid"])
+    ]
 
 
 def command_for(keys: list[str]) -> str:
     """The recorder's command for these runs (every run: no --only)."""
-    return "python -m helpers.record.ch02 --record" + ("" if set(keys) >= set(KEYS) else " --only " + " ".join(keys))
+    return "python -m helpers.record.ch02 --record" + (
+        "" if set(keys) >= set(KEYS) else " --only " + " ".join(keys)
+    )
 
 
 def waiting(name: str = NAME) -> str:
     """Which runs wait for which machine, and the command for each machine; computed from the records."""
     missing = [run_named(k) for k in missing_runs(name)]
-    failed = [k for k in missing_runs(name, include_failed=True) if k not in {r.key for r in missing}]
+    failed = [
+        k for k in missing_runs(name, include_failed=True) if k not in {r.key for r in missing}
+    ]
     lines = [f"Launched but not ok (see the verdicts): {', '.join(failed)}"] if failed else []
     if not missing:
         return "\n".join(lines + ["Every 4- and 8-GPU run is recorded."])
@@ -80,13 +100,23 @@ def verdict(run: Run, rec: dict | None) -> dict:
         kr = rec.get("kill_and_resume", {})
         gap = kr.get("max_loss_diff")
         if not rec["ok"] or gap is None:
-            return {"valid": False, "reason": "failed: " + _last_line(rec.get("error")), "max_ref_gap": gap}
+            return {
+                "valid": False,
+                "reason": "failed: " + _last_line(rec.get("error")),
+                "max_ref_gap": gap,
+            }
         killed = kr["runs"][1].get("failed_rank")
         good = gap <= TOLERANCE and killed == rec.get("kill_rank", KILL_RANK)
-        return {"valid": good, "max_ref_gap": round(gap, 4),
-                "reason": f"rank {killed} killed at step 5; resumed from step 3 " +
-                          (f"within {TOLERANCE} of the uninterrupted run" if gap <= TOLERANCE else
-                           f"departs from the uninterrupted run by {gap:.3f}")}
+        return {
+            "valid": good,
+            "max_ref_gap": round(gap, 4),
+            "reason": f"rank {killed} killed at step 5; resumed from step 3 "
+            + (
+                f"within {TOLERANCE} of the uninterrupted run"
+                if gap <= TOLERANCE
+                else f"departs from the uninterrupted run by {gap:.3f}"
+            ),
+        }
     found = loss_verdict(rec.get("results", []), reference_tolerance(run, _reference(rec)))
     if not rec.get("ok"):
         return {**found, "valid": False, "reason": "failed: " + _last_line(rec.get("error"))}
@@ -108,11 +138,17 @@ def layout_text(run: Run, rec: dict | None) -> str:
     """The layout the ranks reported (dp/pp/tp/sp of the hybrid mesh, ep × moe_dp of the MoE plugin);
     the planned one (:func:`planned_layout`) when no rank reported."""
     res = [r for r in (rec or {}).get("results", []) if "layout" in r or "ep" in r]
-    sizes = (res[0]["layout"] if "layout" in res[0] else {k: res[0][k] for k in ("dp", "ep", "moe_dp")}) if res \
+    sizes = (
+        (res[0]["layout"] if "layout" in res[0] else {k: res[0][k] for k in ("dp", "ep", "moe_dp")})
+        if res
         else planned_layout(run)
+    )
     if "ep" in sizes:
         return f"ep={sizes['ep']} × moe_dp={sizes['moe_dp']} (dense layers: dp={sizes['dp']})"
-    return " × ".join(f"{k}={sizes[k]}" for k in ("dp", "pp", "tp", "sp") if sizes.get(k, 1) > 1) or "1 GPU"
+    return (
+        " × ".join(f"{k}={sizes[k]}" for k in ("dp", "pp", "tp", "sp") if sizes.get(k, 1) > 1)
+        or "1 GPU"
+    )
 
 
 def summary_rows(name: str = NAME) -> list[dict]:
@@ -124,12 +160,23 @@ def summary_rows(name: str = NAME) -> list[dict]:
     for run in RUNS:
         rec = done.get(run.key, (None, None))[0]
         v = verdict(run, rec)
-        speed = slowest(rec) if rec and any("tokens_per_s" in r for r in rec.get("results", [])) else None
-        rows.append({"run": run.title, "layout": layout_text(run, rec), "GPUs": run.gpus,
-                     "tokens/s": f"{speed['tokens_per_s']:,}" if speed else "",
-                     "MFU": f"{100 * mfu_of(speed):.1f} %" if speed and "mfu" in speed else "",
-                     "max loss gap": "" if v["max_ref_gap"] is None else f"{v['max_ref_gap']:.4f}",
-                     "verdict": ("ok: " if v["valid"] else "" if v["valid"] is None else "NOT OK: ") + v["reason"]})
+        speed = (
+            slowest(rec)
+            if rec and any("tokens_per_s" in r for r in rec.get("results", []))
+            else None
+        )
+        rows.append(
+            {
+                "run": run.title,
+                "layout": layout_text(run, rec),
+                "GPUs": run.gpus,
+                "tokens/s": f"{speed['tokens_per_s']:,}" if speed else "",
+                "MFU": f"{100 * mfu_of(speed):.1f} %" if speed and "mfu" in speed else "",
+                "max loss gap": "" if v["max_ref_gap"] is None else f"{v['max_ref_gap']:.4f}",
+                "verdict": ("ok: " if v["valid"] else "" if v["valid"] is None else "NOT OK: ")
+                + v["reason"],
+            }
+        )
     return rows
 
 

@@ -39,11 +39,17 @@ def build_plugin(cfg, device: torch.device, bucket_cap_mb: float | None = None):
     from helpers.config.plugin import plugin_class, plugin_spec
 
     spec = plugin_spec(cfg)
-    if device.type != "cuda" and (spec.plugin != "TorchDDPPlugin" or spec.booster_kwargs.get("mixed_precision")):
+    if device.type != "cuda" and (
+        spec.plugin != "TorchDDPPlugin" or spec.booster_kwargs.get("mixed_precision")
+    ):
         p = cfg.parallelism
-        layout = (f"tensor={p.tensor}, pipeline={p.pipeline}, sequence={p.sequence}, zero_stage={p.zero_stage}, "
-                  f"precision={cfg.train.precision} -> {spec.plugin}")
-        raise RuntimeError(f"this config ({layout}) needs GPUs. " + CPU_ONLY_DP.format(need=cfg.world_size()))
+        layout = (
+            f"tensor={p.tensor}, pipeline={p.pipeline}, sequence={p.sequence}, zero_stage={p.zero_stage}, "
+            f"precision={cfg.train.precision} -> {spec.plugin}"
+        )
+        raise RuntimeError(
+            f"this config ({layout}) needs GPUs. " + CPU_ONLY_DP.format(need=cfg.world_size())
+        )
     kwargs = dict(spec.kwargs)
     if spec.plugin == "TorchDDPPlugin" and bucket_cap_mb is not None:
         kwargs["bucket_cap_mb"] = bucket_cap_mb
@@ -72,8 +78,16 @@ class ProgressionDataset(Dataset):
 def layout_of(cfg, world_size: int) -> dict:
     """What a checkpoint records and a resume must match for the run to continue bit for bit."""
     p, t = cfg.parallelism, cfg.train
-    return {"world_size": world_size, "data": cfg.data_degree, "tensor": p.tensor, "pipeline": p.pipeline,
-            "sequence": p.sequence, "batch_size": t.batch_size, "micro_batch": cfg.micro_batch, "seed": t.seed}
+    return {
+        "world_size": world_size,
+        "data": cfg.data_degree,
+        "tensor": p.tensor,
+        "pipeline": p.pipeline,
+        "sequence": p.sequence,
+        "batch_size": t.batch_size,
+        "micro_batch": cfg.micro_batch,
+        "seed": t.seed,
+    }
 
 
 # --- notebook side ---------------------------------------------------------------------------
@@ -84,7 +98,7 @@ def losses_from_lines(lines: list[str]) -> dict[int, float]:
     out = {}
     for line in lines:
         if line.startswith(RESULT_PREFIX):
-            r = json.loads(line[len(RESULT_PREFIX):])
+            r = json.loads(line[len(RESULT_PREFIX) :])
             if "step" in r and "loss" in r:
                 out[r["step"]] = r["loss"]
     return out
@@ -95,8 +109,12 @@ def compare_final_weights(a: str | Path, b: str | Path) -> dict:
     from helpers.train.checkpoint import full_weights, max_param_diff, params_digest
 
     sa, sb = full_weights(a), full_weights(b)
-    return {"tensors": len(sa), "parameters": sum(t.numel() for t in sa.values()),
-            "max_abs_diff": max_param_diff(sa, sb), "same_digest": params_digest(sa) == params_digest(sb)}
+    return {
+        "tensors": len(sa),
+        "parameters": sum(t.numel() for t in sa.values()),
+        "max_abs_diff": max_param_diff(sa, sb),
+        "same_digest": params_digest(sa) == params_digest(sb),
+    }
 
 
 def read_hostfile(hostfile: str | Path) -> list[str]:
@@ -111,8 +129,13 @@ def read_hostfile(hostfile: str | Path) -> list[str]:
     return hosts
 
 
-def hostfile_commands(hostfile: str | Path, nproc_per_node: int, module: str, args: list[str] = (),
-                      master_port: int = 29500) -> list[tuple[str, str]]:
+def hostfile_commands(
+    hostfile: str | Path,
+    nproc_per_node: int,
+    module: str,
+    args: list[str] = (),
+    master_port: int = 29500,
+) -> list[tuple[str, str]]:
     """(host, command) pairs: what ``colossalai run --hostfile FILE --nproc_per_node N -m MODULE ARGS``
     runs on each host, built by Colossal-AI's own ``get_launch_command`` (0.5.0).
 
@@ -124,7 +147,19 @@ def hostfile_commands(hostfile: str | Path, nproc_per_node: int, module: str, ar
 
     hosts = read_hostfile(hostfile)
     master = hosts[0] if len(hosts) > 1 else "127.0.0.1"
-    return [(host, get_launch_command(master_addr=master, master_port=master_port, nproc_per_node=nproc_per_node,
-                                      user_script=module, user_args=list(args), node_rank=rank,
-                                      num_nodes=len(hosts), run_as_module=True))
-            for rank, host in enumerate(hosts)]
+    return [
+        (
+            host,
+            get_launch_command(
+                master_addr=master,
+                master_port=master_port,
+                nproc_per_node=nproc_per_node,
+                user_script=module,
+                user_args=list(args),
+                node_rank=rank,
+                num_nodes=len(hosts),
+                run_as_module=True,
+            ),
+        )
+        for rank, host in enumerate(hosts)
+    ]

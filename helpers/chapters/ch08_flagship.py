@@ -11,8 +11,17 @@ from __future__ import annotations
 from helpers.record.flagship import NPROC, ONE_GPU_COMMAND, WORLD1_RUNS, compare, summarize
 from helpers.record.results import box_label
 
-COLUMNS = ["name", "setup", "tokens/s/GPU", "MFU %", "MFU % (all params)", "peak GiB", "loss after n steps", "max |Δ ref|",
-           "loss ok"]
+COLUMNS = [
+    "name",
+    "setup",
+    "tokens/s/GPU",
+    "MFU %",
+    "MFU % (all params)",
+    "peak GiB",
+    "loss after n steps",
+    "max |Δ ref|",
+    "loss ok",
+]
 
 
 def recorded(name: str = "flagship", gpus: int = NPROC) -> dict | None:
@@ -25,9 +34,17 @@ def recorded(name: str = "flagship", gpus: int = NPROC) -> dict | None:
 
 def setup(row: dict) -> str:
     """What a run ran, in a few words: 'LowLevelZero ZeRO-2 · compiled · adamw_fused · buckets 128 M · mbs 8'."""
-    plugin = {"fully_shard": "FSDP2", "zero": f"LowLevelZero ZeRO-{row.get('zero_stage') or 2}",
-              "hybrid": "HybridParallel", "gemini": "Gemini"}
-    parts = [plugin.get(row["plugin"], row["plugin"]), "compiled" if row["compiled"] else "eager", row["optimizer"]]
+    plugin = {
+        "fully_shard": "FSDP2",
+        "zero": f"LowLevelZero ZeRO-{row.get('zero_stage') or 2}",
+        "hybrid": "HybridParallel",
+        "gemini": "Gemini",
+    }
+    parts = [
+        plugin.get(row["plugin"], row["plugin"]),
+        "compiled" if row["compiled"] else "eager",
+        row["optimizer"],
+    ]
     if "reduce_bucket_size_in_m" in row["plugin_kw"]:
         parts.append(f"buckets {row['plugin_kw']['reduce_bucket_size_in_m']} M")
     if row["plugin_kw"].get("overlap_allgather"):
@@ -43,12 +60,27 @@ def table_rows(record: dict) -> list[dict]:
     for run in record["runs"]:
         s = summarize(run["name"], run)
         if not s["ok"]:
-            rows.append({"name": s["name"], "tokens/s/GPU": "failed", "loss ok": s["error"].splitlines()[-1][:80]})
+            rows.append(
+                {
+                    "name": s["name"],
+                    "tokens/s/GPU": "failed",
+                    "loss ok": s["error"].splitlines()[-1][:80],
+                }
+            )
             continue
-        rows.append({"name": s["name"], "setup": setup(s), "tokens/s/GPU": f"{s['tokens_per_s_per_gpu']:,}", "MFU %": f"{100 * s['mfu']:.1f}",
-                     "MFU % (all params)": f"{100 * s['mfu_all_params']:.1f}", "peak GiB": s["peak_gib"],
-                     "loss after n steps": s["loss_last"], "max |Δ ref|": s["max_ref_gap"],
-                     "loss ok": "yes" if s["loss_ok"] else "NO"})
+        rows.append(
+            {
+                "name": s["name"],
+                "setup": setup(s),
+                "tokens/s/GPU": f"{s['tokens_per_s_per_gpu']:,}",
+                "MFU %": f"{100 * s['mfu']:.1f}",
+                "MFU % (all params)": f"{100 * s['mfu_all_params']:.1f}",
+                "peak GiB": s["peak_gib"],
+                "loss after n steps": s["loss_last"],
+                "max |Δ ref|": s["max_ref_gap"],
+                "loss ok": "yes" if s["loss_ok"] else "NO",
+            }
+        )
     return rows
 
 
@@ -63,8 +95,12 @@ def kernel_rows(record: dict) -> list[dict]:
         if s["ok"] and s.get("kernels"):
             ms = s["kernels"]["ms"]
             compute = sum(v for c, v in ms.items() if c != "communication")
-            row = {"name": s["name"], "timed step ms": round(1000 * s["seconds_per_step"], 1),
-                   "compute ms": round(compute, 1), "step − compute ms": round(1000 * s["seconds_per_step"] - compute, 1)}
+            row = {
+                "name": s["name"],
+                "timed step ms": round(1000 * s["seconds_per_step"], 1),
+                "compute ms": round(compute, 1),
+                "step − compute ms": round(1000 * s["seconds_per_step"] - compute, 1),
+            }
             rows.append({**row, **{f"{c} ms": v for c, v in ms.items()}})
     return rows
 
@@ -85,7 +121,14 @@ def figure(record: dict, target: float = 0.5):
     y = list(range(len(rows)))[::-1]
     colors = ["#999999" if r["framework"] == "fsdp2" else "#1f77b4" for r in rows]
     ax.barh(y, [100 * r["mfu"] for r in rows], color=colors, hatch=None)
-    ax.scatter([100 * r["mfu_all_params"] for r in rows], y, color="black", s=12, zorder=3, label="N = all parameters")
+    ax.scatter(
+        [100 * r["mfu_all_params"] for r in rows],
+        y,
+        color="black",
+        s=12,
+        zorder=3,
+        label="N = all parameters",
+    )
     for yi, r in zip(y, rows):
         if not r["loss_ok"]:
             ax.text(1, yi, "loss off the reference", va="center", color="red")
@@ -115,10 +158,20 @@ def _speeds(record: dict) -> dict[str, dict]:
     """name -> {tokens/s per GPU, MFU} of each valid run; a head-to-head's runs by their medians."""
     rows = [summarize(r["name"], r) for r in record["runs"]]
     if any(r["name"] != r["name"].split(" · round ")[0] for r in rows):
-        return {g["name"]: {"tps": g["median"], "mfu": g["mfu_median"], "record": "head-to-head (median)"}
-                for g in compare(rows) if g["valid"]}
-    return {r["name"]: {"tps": r["tokens_per_s_per_gpu"], "mfu": r["mfu"], "record": "run list"}
-            for r in rows if r["ok"] and r["loss_ok"]}
+        return {
+            g["name"]: {
+                "tps": g["median"],
+                "mfu": g["mfu_median"],
+                "record": "head-to-head (median)",
+            }
+            for g in compare(rows)
+            if g["valid"]
+        }
+    return {
+        r["name"]: {"tps": r["tokens_per_s_per_gpu"], "mfu": r["mfu"], "record": "run list"}
+        for r in rows
+        if r["ok"] and r["loss_ok"]
+    }
 
 
 def step_rows(*records: dict) -> list[dict]:
@@ -132,29 +185,61 @@ def step_rows(*records: dict) -> list[dict]:
         same = next((s for s in per_record if run in s and before in s), None)
         if same is None:
             if any(run in s for s in per_record):
-                rows.append({"step": run, "from": before, "MFU % before": "—", "MFU % after": "—",
-                             "throughput ×": "not in one record"})
+                rows.append(
+                    {
+                        "step": run,
+                        "from": before,
+                        "MFU % before": "—",
+                        "MFU % after": "—",
+                        "throughput ×": "not in one record",
+                    }
+                )
             continue
         a, b = same[before], same[run]
-        rows.append({"step": run, "from": before, "MFU % before": f"{100 * a['mfu']:.1f}",
-                     "MFU % after": f"{100 * b['mfu']:.1f}", "throughput ×": f"{b['tps'] / a['tps']:.3f}",
-                     "record": b["record"]})
+        rows.append(
+            {
+                "step": run,
+                "from": before,
+                "MFU % before": f"{100 * a['mfu']:.1f}",
+                "MFU % after": f"{100 * b['mfu']:.1f}",
+                "throughput ×": f"{b['tps'] / a['tps']:.3f}",
+                "record": b["record"],
+            }
+        )
     return rows
 
 
-H2H_COLUMNS = ["name", "rounds", "tokens/s/GPU per round", "median", "MFU % (median)",
-               "MFU % all params (median)", "spread %", "vs FSDP2", "losses ok"]
+H2H_COLUMNS = [
+    "name",
+    "rounds",
+    "tokens/s/GPU per round",
+    "median",
+    "MFU % (median)",
+    "MFU % all params (median)",
+    "spread %",
+    "vs FSDP2",
+    "losses ok",
+]
 
 
 def h2h_rows(record: dict) -> list[dict]:
     """The head-to-head as a table: every round's tokens/s per GPU, the median and its ratio to FSDP2's."""
     groups = compare([summarize(r["name"], r) for r in record["runs"]])
-    return [{"name": g["name"], "rounds": g["rounds"],
-             "tokens/s/GPU per round": ", ".join(f"{t:,}" for t in g["tokens_per_s_per_gpu"]),
-             "median": f"{g['median']:,.0f}", "MFU % (median)": f"{100 * g['mfu_median']:.1f}",
-             "MFU % all params (median)": f"{100 * g['mfu_all_params_median']:.1f}",
-             "spread %": f"{100 * g['spread']:.2f}", "vs FSDP2": f"{g['vs_fsdp2']:.4f}" if g["vs_fsdp2"] else "—",
-             "losses ok": "yes" if g["valid"] else "NO"} for g in groups if g["median"]]
+    return [
+        {
+            "name": g["name"],
+            "rounds": g["rounds"],
+            "tokens/s/GPU per round": ", ".join(f"{t:,}" for t in g["tokens_per_s_per_gpu"]),
+            "median": f"{g['median']:,.0f}",
+            "MFU % (median)": f"{100 * g['mfu_median']:.1f}",
+            "MFU % all params (median)": f"{100 * g['mfu_all_params_median']:.1f}",
+            "spread %": f"{100 * g['spread']:.2f}",
+            "vs FSDP2": f"{g['vs_fsdp2']:.4f}" if g["vs_fsdp2"] else "—",
+            "losses ok": "yes" if g["valid"] else "NO",
+        }
+        for g in groups
+        if g["median"]
+    ]
 
 
 def h2h_figure(record: dict):
@@ -165,7 +250,13 @@ def h2h_figure(record: dict):
     fig, ax = plt.subplots(figsize=(8, 0.6 * len(groups) + 1.4))
     for y, g in enumerate(reversed(groups)):
         color = "#999999" if g["framework"] == "fsdp2" else "#1f77b4"
-        ax.scatter(g["tokens_per_s_per_gpu"], [y] * len(g["tokens_per_s_per_gpu"]), color=color, s=30, zorder=3)
+        ax.scatter(
+            g["tokens_per_s_per_gpu"],
+            [y] * len(g["tokens_per_s_per_gpu"]),
+            color=color,
+            s=30,
+            zorder=3,
+        )
         ax.plot([g["median"]] * 2, [y - 0.3, y + 0.3], color=color, lw=3)
         if g["framework"] == "fsdp2":
             ax.axvline(g["median"], color="#999999", ls="--", lw=1, label="FSDP2's median")
@@ -176,19 +267,43 @@ def h2h_figure(record: dict):
     return fig
 
 
-WORLD_COLUMNS = ["run", "box", "setup", "tokens/s/GPU", "MFU %", "peak GiB", "loss after n steps", "max |Δ ref|",
-                 "loss ok", "1 GPU / 2 GPUs (tokens/s per GPU)", "source"]
+WORLD_COLUMNS = [
+    "run",
+    "box",
+    "setup",
+    "tokens/s/GPU",
+    "MFU %",
+    "peak GiB",
+    "loss after n steps",
+    "max |Δ ref|",
+    "loss ok",
+    "1 GPU / 2 GPUs (tokens/s per GPU)",
+    "source",
+]
 
 
 def _side(s: dict | None, box: str, source: str) -> dict:
     if s is None:
         return {"box": box, "tokens/s/GPU": "—", "source": source}
     if not s["ok"]:
-        return {"box": box, "setup": "", "tokens/s/GPU": "failed", "loss ok": s["error"].strip().splitlines()[-1][:80],
-                "source": source}
-    return {"box": box, "setup": setup(s), "tokens/s/GPU": f"{s['tokens_per_s_per_gpu']:,}", "MFU %": f"{100 * s['mfu']:.1f}",
-            "peak GiB": s["peak_gib"], "loss after n steps": s["loss_last"], "max |Δ ref|": s["max_ref_gap"],
-            "loss ok": "yes" if s["loss_ok"] else "NO", "source": source}
+        return {
+            "box": box,
+            "setup": "",
+            "tokens/s/GPU": "failed",
+            "loss ok": s["error"].strip().splitlines()[-1][:80],
+            "source": source,
+        }
+    return {
+        "box": box,
+        "setup": setup(s),
+        "tokens/s/GPU": f"{s['tokens_per_s_per_gpu']:,}",
+        "MFU %": f"{100 * s['mfu']:.1f}",
+        "peak GiB": s["peak_gib"],
+        "loss after n steps": s["loss_last"],
+        "max |Δ ref|": s["max_ref_gap"],
+        "loss ok": "yes" if s["loss_ok"] else "NO",
+        "source": source,
+    }
 
 
 def _h2h_median(h2h: dict | None, name: str) -> dict | None:
@@ -200,11 +315,19 @@ def _h2h_median(h2h: dict | None, name: str) -> dict | None:
     if group is None:
         return None
     first = next(r for r in rounds if r["name"].split(" · round ")[0] == name and r["ok"])
-    return {**first, "name": name, "tokens_per_s_per_gpu": round(group["median"]), "mfu": group["mfu_median"],
-            "loss_ok": group["valid"], "rounds": group["rounds"]}
+    return {
+        **first,
+        "name": name,
+        "tokens_per_s_per_gpu": round(group["median"]),
+        "mfu": group["mfu_median"],
+        "loss_ok": group["valid"],
+        "rounds": group["rounds"],
+    }
 
 
-def world_rows(one: dict | None = None, two: dict | None = None, h2h: dict | None = None) -> list[dict]:
+def world_rows(
+    one: dict | None = None, two: dict | None = None, h2h: dict | None = None
+) -> list[dict]:
     """The one-GPU flagship runs beside the 2-GPU runs they repeat (:data:`helpers.record.flagship.WORLD1_RUNS`):
     two rows per run, 2×H200 then 1×H200 (tokens/s per GPU, MFU, peak, loss against the reference),
     the second with its throughput per GPU over the 2-GPU one's. The 2-GPU side comes from the run
@@ -226,13 +349,22 @@ def world_rows(one: dict | None = None, two: dict | None = None, h2h: dict | Non
                 s2, source2 = median, f"head-to-head, median of {median['rounds']} rounds"
         row2 = {"run": beside, **_side(s2, box2, source2 if s2 else "not in the 2-GPU records")}
         if one is None:
-            row1 = {"run": name, "box": box1, "tokens/s/GPU": f"not recorded yet on {box1}",
-                    "source": f"record it with: {ONE_GPU_COMMAND}"}
+            row1 = {
+                "run": name,
+                "box": box1,
+                "tokens/s/GPU": f"not recorded yet on {box1}",
+                "source": f"record it with: {ONE_GPU_COMMAND}",
+            }
         else:
             s1 = ones.get(name)
-            row1 = {"run": name, **_side(s1, box1, "run list" if s1 else f"not in the {box1} record")}
+            row1 = {
+                "run": name,
+                **_side(s1, box1, "run list" if s1 else f"not in the {box1} record"),
+            }
             if s1 and s1["ok"] and s2 and s2["ok"]:
-                row1["1 GPU / 2 GPUs (tokens/s per GPU)"] = f"{s1['tokens_per_s_per_gpu'] / s2['tokens_per_s_per_gpu']:.3f}"
+                row1["1 GPU / 2 GPUs (tokens/s per GPU)"] = (
+                    f"{s1['tokens_per_s_per_gpu'] / s2['tokens_per_s_per_gpu']:.3f}"
+                )
         rows += [row2, row1]
     return rows
 

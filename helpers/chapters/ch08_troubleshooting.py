@@ -27,8 +27,10 @@ def recorded(part: str, gpus: int = 2) -> dict | None:
 
 
 def missing(part: str) -> str:
-    return (f"Not recorded yet: results/<gpus>/ch08_{part}.json is absent. On a box with two GPUs run\n"
-            f"    {RECORD_COMMAND.format(part=part)}")
+    return (
+        f"Not recorded yet: results/<gpus>/ch08_{part}.json is absent. On a box with two GPUs run\n"
+        f"    {RECORD_COMMAND.format(part=part)}"
+    )
 
 
 def _runs(record: dict) -> list[dict]:
@@ -42,14 +44,26 @@ def point(run: dict) -> dict:
     if not res:
         return {"name": run["name"], "failed": True, "error": (run.get("error") or "").strip()}
     r0 = res[0]
-    out = {"name": run["name"], "failed": False, "oom": any(r.get("oom") for r in res),
-           "peak_gib": max(r.get("peak_mib", 0) for r in res) / 1024,
-           "peak_gib_per_rank": [r.get("peak_mib", 0) / 1024 for r in res]}
+    out = {
+        "name": run["name"],
+        "failed": False,
+        "oom": any(r.get("oom") for r in res),
+        "peak_gib": max(r.get("peak_mib", 0) for r in res) / 1024,
+        "peak_gib_per_rank": [r.get("peak_mib", 0) / 1024 for r in res],
+    }
     if out["oom"]:
         return out
-    return {**out, "tokens_per_s": r0["tokens_per_s"], "tokens_per_s_per_gpu": r0["tokens_per_s"] / r0["gpus"],
-            "mfu": r0["mfu"], "global_batch": r0["global_batch"], "seconds_per_step": r0["seconds_per_step"], "losses": mean_losses(res),
-            "profiles": [r.get("profile") for r in res], **loss_verdict(res)}
+    return {
+        **out,
+        "tokens_per_s": r0["tokens_per_s"],
+        "tokens_per_s_per_gpu": r0["tokens_per_s"] / r0["gpus"],
+        "mfu": r0["mfu"],
+        "global_batch": r0["global_batch"],
+        "seconds_per_step": r0["seconds_per_step"],
+        "losses": mean_losses(res),
+        "profiles": [r.get("profile") for r in res],
+        **loss_verdict(res),
+    }
 
 
 def points(part: str) -> list[dict]:
@@ -69,11 +83,19 @@ def _summary(run: dict) -> dict:
         return row
     ref = next((r["reference"] for r in run["results"] if r.get("reference")), [])
     diffs = [abs(a - b) for a, b in zip(p["losses"], ref)]
-    diff = "—" if not diffs else "NaN" if not all(map(math.isfinite, diffs)) else f"{max(diffs):.3f}"
-    row.update({"tokens/s": f"{p['tokens_per_s']:,}", "MFU": f"{100 * p['mfu']:.2f} %", "peak GiB": round(p["peak_gib"], 2),
-                "loss vs reference": diff,
-                "valid": "yes" if p["valid"] else "NO: " + p["reason"],
-                "comm share per rank": " / ".join(f"{q['comm_share']:.0%}" for q in p["profiles"] if q)})
+    diff = (
+        "—" if not diffs else "NaN" if not all(map(math.isfinite, diffs)) else f"{max(diffs):.3f}"
+    )
+    row.update(
+        {
+            "tokens/s": f"{p['tokens_per_s']:,}",
+            "MFU": f"{100 * p['mfu']:.2f} %",
+            "peak GiB": round(p["peak_gib"], 2),
+            "loss vs reference": diff,
+            "valid": "yes" if p["valid"] else "NO: " + p["reason"],
+            "comm share per rank": " / ".join(f"{q['comm_share']:.0%}" for q in p["profiles"] if q),
+        }
+    )
     return row
 
 
@@ -92,8 +114,14 @@ def first_nonfinite_step(losses: list[float]) -> int | None:
 def async_reduce(run: dict) -> bool:
     """Whether a Gemini run kept its asynchronous gradient reduce-scatter: the recorded plugin kwargs'
     ``enable_async_reduce``, else GeminiPlugin's default (True in Colossal-AI 0.5.0)."""
-    return next((r["plugin_kw"]["enable_async_reduce"] for r in run.get("results", [])
-                 if "enable_async_reduce" in (r.get("plugin_kw") or {})), True)
+    return next(
+        (
+            r["plugin_kw"]["enable_async_reduce"]
+            for r in run.get("results", [])
+            if "enable_async_reduce" in (r.get("plugin_kw") or {})
+        ),
+        True,
+    )
 
 
 def gemini_points() -> dict[bool, dict]:
@@ -110,19 +138,33 @@ def gemini_rows() -> list[dict]:
     and :func:`loss_verdict`."""
     record = recorded("gemini")
     out = []
-    for run in ([] if record is None else _runs(record)):
+    for run in [] if record is None else _runs(record):
         p = point(run)
         row = {"run": run["name"], "enable_async_reduce": str(async_reduce(run))}
         if p["failed"] or p["oom"]:
-            out.append({**row, "valid": "did not run: " + (p.get("error") or "out of memory").splitlines()[-1][:120]})
+            out.append(
+                {
+                    **row,
+                    "valid": "did not run: "
+                    + (p.get("error") or "out of memory").splitlines()[-1][:120],
+                }
+            )
             continue
         ref = next((r["reference"] for r in run["results"] if r.get("reference")), [])
         bad = first_nonfinite_step(p["losses"])
-        out.append({**row, "tokens/s": f"{p['tokens_per_s']:,}", "MFU": f"{100 * p['mfu']:.1f} %",
-                    "mean loss, steps 1-3": ", ".join(f"{x:.3f}" for x in p["losses"][:3]),
-                    "reference, steps 1-3": ", ".join(f"{x:.3f}" for x in ref[:3]),
-                    "first non-finite step": f"{bad} of {len(p['losses'])}" if bad else f"none of {len(p['losses'])}",
-                    "valid": "yes" if p["valid"] else "NO: " + p["reason"]})
+        out.append(
+            {
+                **row,
+                "tokens/s": f"{p['tokens_per_s']:,}",
+                "MFU": f"{100 * p['mfu']:.1f} %",
+                "mean loss, steps 1-3": ", ".join(f"{x:.3f}" for x in p["losses"][:3]),
+                "reference, steps 1-3": ", ".join(f"{x:.3f}" for x in ref[:3]),
+                "first non-finite step": f"{bad} of {len(p['losses'])}"
+                if bad
+                else f"none of {len(p['losses'])}",
+                "valid": "yes" if p["valid"] else "NO: " + p["reason"],
+            }
+        )
     return out
 
 
@@ -142,8 +184,16 @@ def profile_rows(part: str) -> list[dict]:
     for p in points(part):
         for rank, q in enumerate(p.get("profiles") or []):
             if q:
-                out.append({"run": p["name"], "rank": rank, "compute ms": q["compute_ms"], "comm ms": q["comm_ms"],
-                            "exposed comm ms": q["exposed_comm_ms"], "comm share": f"{q['comm_share']:.0%}"})
+                out.append(
+                    {
+                        "run": p["name"],
+                        "rank": rank,
+                        "compute ms": q["compute_ms"],
+                        "comm ms": q["comm_ms"],
+                        "exposed comm ms": q["exposed_comm_ms"],
+                        "comm share": f"{q['comm_share']:.0%}",
+                    }
+                )
     return out
 
 
@@ -154,16 +204,29 @@ def oom_rows() -> list[dict]:
     for p in points("oom"):
         pred = predicted.get(p["name"]) or predicted.get(p["name"].replace("no cap", "capped"))
         capped = "no cap" not in p["name"]
-        out.append({"run": p["name"], "predicted GiB": pred, "measured peak GiB": round(p["peak_gib"], 2),
-                    "cap GiB": cap if capped else "—",
-                    "outcome": "out of memory" if p["oom"] else "fits" if capped else "runs",
-                    "tokens/s": "—" if p["oom"] else f"{p['tokens_per_s']:,}"})
+        out.append(
+            {
+                "run": p["name"],
+                "predicted GiB": pred,
+                "measured peak GiB": round(p["peak_gib"], 2),
+                "cap GiB": cap if capped else "—",
+                "outcome": "out of memory" if p["oom"] else "fits" if capped else "runs",
+                "tokens/s": "—" if p["oom"] else f"{p['tokens_per_s']:,}",
+            }
+        )
     return out
 
 
 # -- Chapter 8: keep tensor parallelism inside a node ------------------------------------------
-def tp_placement_rows(params: float = 70e9, layers: int = 80, hidden: int = 8192, micro_batch: int = 1,
-                      seq: int = 4096, tp: int = 8, mfu: float = 0.4) -> list[dict]:
+def tp_placement_rows(
+    params: float = 70e9,
+    layers: int = 80,
+    hidden: int = 8192,
+    micro_batch: int = 1,
+    seq: int = 4096,
+    tp: int = 8,
+    mfu: float = 0.4,
+) -> list[dict]:
     """Per-step TP communication time vs compute time on one GPU, with the TP group on NVLink or
     spanning InfiniBand (nominal links of :mod:`helpers.cost.comm`, no overlap assumed).
 
@@ -177,6 +240,12 @@ def tp_placement_rows(params: float = 70e9, layers: int = 80, hidden: int = 8192
     for key in ("nvlink4", "ib_ndr"):
         link = NOMINAL_LINKS[key]
         comm = ops_time(ops, tp, link)
-        out.append({"TP group on": link.name.split(" (")[0], "TP comm ms": round(comm * 1e3, 1),
-                    "compute ms": round(compute * 1e3, 1), "comm share": f"{comm / (comm + compute):.0%}"})
+        out.append(
+            {
+                "TP group on": link.name.split(" (")[0],
+                "TP comm ms": round(comm * 1e3, 1),
+                "compute ms": round(compute * 1e3, 1),
+                "comm share": f"{comm / (comm + compute):.0%}",
+            }
+        )
     return out

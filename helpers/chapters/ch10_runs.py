@@ -39,13 +39,16 @@ from helpers.chapters.ch10_pitfalls import Shown
 
 
 def loss_on_first_stage() -> Shown:
-    ranks = sorted(launch("ch10_pp_loss", 2, timeout_s=180, show="none").results, key=lambda r: r["rank"])
+    ranks = sorted(
+        launch("ch10_pp_loss", 2, timeout_s=180, show="none").results, key=lambda r: r["rank"]
+    )
     first, last = ranks[0], ranks[-1]
     return Shown(
         wrong=f"outputs['loss'] on stage 0: {first['local_loss']}; on the last stage: {last['local_loss']}",
         fixed=f"broadcast from the last stage: every rank logs {first['broadcast_loss']} "
-              f"(single-process reference {first['reference_loss']})",
-        holds=first["local_loss"] is None and all(r["broadcast_loss"] == r["reference_loss"] for r in ranks),
+        f"(single-process reference {first['reference_loss']})",
+        holds=first["local_loss"] is None
+        and all(r["broadcast_loss"] == r["reference_loss"] for r in ranks),
     )
 
 
@@ -53,7 +56,9 @@ def _tiny_gpt2(seed: int = 0):
     from transformers import GPT2Config, GPT2Model
 
     torch.manual_seed(seed)
-    config = GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=64, n_positions=16, attn_implementation="sdpa")
+    config = GPT2Config(
+        n_layer=1, n_embd=32, n_head=2, vocab_size=64, n_positions=16, attn_implementation="sdpa"
+    )
     return GPT2Model(config).eval()
 
 
@@ -63,20 +68,27 @@ def gpt2_mask_not_causal(seq: int = 6) -> Shown:
 
     model = _tiny_gpt2()
     no_flash = types.SimpleNamespace(sequence_parallelism_mode=None, enable_flash_attention=False)
-    x = torch.randn(1, seq, model.config.n_embd, generator=torch.Generator().manual_seed(1))  # (b, s, h)
+    x = torch.randn(
+        1, seq, model.config.n_embd, generator=torch.Generator().manual_seed(1)
+    )  # (b, s, h)
     y = x.clone()
     y[:, -1] += 1.0  # change only the last token
     mask, _ = _get_attention_mask(model, no_flash, x, None, torch.ones(1, seq), None, None)
     attn = model.h[0].attn
     with torch.no_grad():
-        leak = (attn(x, attention_mask=mask)[0][:, 0] - attn(y, attention_mask=mask)[0][:, 0]).abs().max().item()
+        leak = (
+            (attn(x, attention_mask=mask)[0][:, 0] - attn(y, attention_mask=mask)[0][:, 0])
+            .abs()
+            .max()
+            .item()
+        )
         causal = (attn(x)[0][:, 0] - attn(y)[0][:, 0]).abs().max().item()
     return Shown(
         wrong=f"Colossal-AI's GPT-2 mask without flash attention has shape {tuple(mask.shape)} (padding only); "
-              f"transformers' sdpa then sets is_causal=False: position 0 moves by {leak:.2e} when only "
-              f"token {seq - 1} changes — the model reads the future",
+        f"transformers' sdpa then sets is_causal=False: position 0 moves by {leak:.2e} when only "
+        f"token {seq - 1} changes — the model reads the future",
         fixed=f"a causal mask (no padding mask, or enable_flash_attention=True, which builds is_causal=True): "
-              f"position 0 moves by {causal:.1e}",
+        f"position 0 moves by {causal:.1e}",
         holds=leak > 1e-6 and causal == 0.0,
     )
 
@@ -86,9 +98,16 @@ def all_to_all_unsupported() -> Shown:
 
     policy = GPT2ModelPolicy()
     policy.set_model(_tiny_gpt2())
-    policy.set_shard_config(types.SimpleNamespace(
-        sequence_parallelism_mode="all_to_all", enable_tensor_parallelism=False, enable_fused_normalization=False,
-        enable_flash_attention=False, enable_jit_fused=False, pipeline_stage_manager=None))
+    policy.set_shard_config(
+        types.SimpleNamespace(
+            sequence_parallelism_mode="all_to_all",
+            enable_tensor_parallelism=False,
+            enable_fused_normalization=False,
+            enable_flash_attention=False,
+            enable_jit_fused=False,
+            pipeline_stage_manager=None,
+        )
+    )
     policy.preprocess()
     try:
         policy.module_policy()
@@ -99,9 +118,9 @@ def all_to_all_unsupported() -> Shown:
     trap, good = runs["TRAP sp=2 all_to_all, sdpa"], runs["sp=2 all_to_all (Ulysses)"]
     return Shown(
         wrong=f"GPT-2 policy: AssertionError '{refused}'. Llama with sdpa attention under all_to_all (recorded on "
-              f"2×H200): loss off the single-GPU reference by up to {trap['max_diff']:.2f}",
+        f"2×H200): loss off the single-GPU reference by up to {trap['max_diff']:.2f}",
         fixed=f"a model whose policy supports the mode (Llama), built with attn_implementation='eager' so that "
-              f"transformers passes an explicit causal mask: largest difference {good['max_diff']:.1e}",
+        f"transformers passes an explicit causal mask: largest difference {good['max_diff']:.1e}",
         holds=refused is not None and trap["max_diff"] > 0.5 and good["max_diff"] < 1e-2,
     )
 
@@ -115,7 +134,9 @@ class _Dropout(nn.Module):
         return self.net(x)
 
 
-def _train(steps: int, start: dict | None = None, restore_rng: bool = True, batch: int = 4) -> tuple[list[float], dict]:
+def _train(
+    steps: int, start: dict | None = None, restore_rng: bool = True, batch: int = 4
+) -> tuple[list[float], dict]:
     """Train from scratch (``start`` None) or from a saved state; return losses and the state at the end."""
     g = torch.Generator().manual_seed(0)
     data = torch.randn(64, 9, generator=g)  # 8 features + target
@@ -144,8 +165,12 @@ def _train(steps: int, start: dict | None = None, restore_rng: bool = True, batc
         opt.step()
         losses.append(round(loss.item(), 6))
         pos.batch_in_epoch += 1
-    state = {"model": model.state_dict(), "optimizer": opt.state_dict(), "rng": rng_state(),
-             "data": vars(pos).copy()}
+    state = {
+        "model": model.state_dict(),
+        "optimizer": opt.state_dict(),
+        "rng": rng_state(),
+        "data": vars(pos).copy(),
+    }
     return losses, state
 
 
@@ -156,9 +181,9 @@ def resume_without_rng(steps: int = 6, stop: int = 3) -> Shown:
     exact, _ = _train(steps - stop, saved, restore_rng=True)
     return Shown(
         wrong=f"uninterrupted losses after step {stop}: {approx_list(full[stop:])}; resumed from weights and "
-              f"optimizer only: {approx_list(bare)} (other dropout masks, the epoch's first batches again)",
+        f"optimizer only: {approx_list(bare)} (other dropout masks, the epoch's first batches again)",
         fixed=f"also restoring RNG states and the data position (helpers.train.checkpoint): {approx_list(exact)}, "
-              f"equal to the uninterrupted run's: {exact == full[stop:]}",
+        f"equal to the uninterrupted run's: {exact == full[stop:]}",
         holds=bare != full[stop:] and exact == full[stop:],
     )
 
@@ -208,9 +233,11 @@ def orphaned_workers() -> Shown:
     worker2 = int((folder / "group").read_text())
     time.sleep(0.2)
     left2 = _alive(worker2)
-    return Shown(wrong=f"parent killed, its worker still alive: {left}",
-                 fixed=f"started with start_new_session=True and killed with os.killpg: worker alive: {left2}",
-                 holds=left and not left2)
+    return Shown(
+        wrong=f"parent killed, its worker still alive: {left}",
+        fixed=f"started with start_new_session=True and killed with os.killpg: worker alive: {left2}",
+        holds=left and not left2,
+    )
 
 
 def stale_kernel_lock(timeout_s: float = 3.0) -> Shown:
@@ -220,13 +247,18 @@ def stale_kernel_lock(timeout_s: float = 3.0) -> Shown:
     r = reproduce(timeout_s=timeout_s, clear=True, echo=None)
     return Shown(
         wrong=f"run 1 was SIGKILLed while it built {KERNEL} (as a launch timeout kills a rank): lock file "
-              f"left behind: {r['lock_left']}. Run 2 printed '[extension] Compiling the JIT {KERNEL} kernel "
-              f"during runtime now' and then nothing until its {timeout_s:g} s timeout "
-              f"(silent: {r['run2_silent']}): torch's FileBaton.wait() sleeps while the file exists, with no "
-              f"message and no time limit (torch/utils/file_baton.py:49, called at cpp_extension.py:2400)",
+        f"left behind: {r['lock_left']}. Run 2 printed '[extension] Compiling the JIT {KERNEL} kernel "
+        f"during runtime now' and then nothing until its {timeout_s:g} s timeout "
+        f"(silent: {r['run2_silent']}): torch's FileBaton.wait() sleeps while the file exists, with no "
+        f"message and no time limit (torch/utils/file_baton.py:49, called at cpp_extension.py:2400)",
         fixed=f"helpers.run.kernels.clear_stale removed {r['removed']} lock with no live holder (and kept it while "
-              f"run 1 lived and had it open: {r['kept_while_held']}); run 3 then built and exited with code "
-              f"{r['run3_exit']}. On a GPU machine, `make kernels` builds once, printing its progress",
-        holds=r["lock_left"] and r["run2_silent"] and r["kept_while_held"] and r["removed"] == 1
-        and r["run3_exit"] == 0 and r["run3_finished"] and not r["lock_after"],
+        f"run 1 lived and had it open: {r['kept_while_held']}); run 3 then built and exited with code "
+        f"{r['run3_exit']}. On a GPU machine, `make kernels` builds once, printing its progress",
+        holds=r["lock_left"]
+        and r["run2_silent"]
+        and r["kept_while_held"]
+        and r["removed"] == 1
+        and r["run3_exit"] == 0
+        and r["run3_finished"]
+        and not r["lock_after"],
     )

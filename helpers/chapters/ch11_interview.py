@@ -22,8 +22,18 @@ from html import escape
 from typing import Callable
 
 LEVELS = ("basic", "intermediate", "advanced")
-CHAPTERS = ("01_dimensions", "02_combining", "03_strategy", "04_config", "05_launch", "06_frameworks",
-            "07_memory", "08_troubleshooting", "09_quick_demos", "10_pitfalls")
+CHAPTERS = (
+    "01_dimensions",
+    "02_combining",
+    "03_strategy",
+    "04_config",
+    "05_launch",
+    "06_frameworks",
+    "07_memory",
+    "08_troubleshooting",
+    "09_quick_demos",
+    "10_pitfalls",
+)
 
 
 @dataclass(frozen=True)
@@ -76,7 +86,9 @@ def bank() -> list[Question]:
     from helpers.chapters.ch11_numeric import NUMERIC
 
     order = list(CHAPTERS)
-    return sorted(NUMERIC + CONCEPTS, key=lambda q: (order.index(q.chapter), LEVELS.index(q.level), q.id))
+    return sorted(
+        NUMERIC + CONCEPTS, key=lambda q: (order.index(q.chapter), LEVELS.index(q.level), q.id)
+    )
 
 
 def by_id(qid: str) -> Question:
@@ -88,8 +100,11 @@ def by_id(qid: str) -> Question:
 
 def counts() -> dict[str, int]:
     qs = bank()
-    return {"questions": len(qs), "numeric": sum(q.numeric for q in qs),
-            **{level: sum(q.level == level for q in qs) for level in LEVELS}}
+    return {
+        "questions": len(qs),
+        "numeric": sum(q.numeric for q in qs),
+        **{level: sum(q.level == level for q in qs) for level in LEVELS},
+    }
 
 
 def feedback(q: Question, given: float) -> str:
@@ -107,7 +122,8 @@ def chapter_html(chapter: str) -> str:
         items.append(
             f"<li><p><b>[{q.level}{tag}]</b> <code>{q.id}</code> {escape(q.question)}</p>"
             f"<details><summary>Worked answer</summary><p>{escape(q.worked())} "
-            f"<a href=\"{q.href()}\">{escape(where)}</a></p></details></li>")
+            f'<a href="{q.href()}">{escape(where)}</a></p></details></li>'
+        )
     return "<ol>" + "".join(items) + "</ol>"
 
 
@@ -131,7 +147,9 @@ def quiz_widget():
     import ipywidgets as w
 
     numeric = [q for q in bank() if q.numeric]
-    pick = w.Dropdown(options=[(f"{q.id} ({q.level})", q.id) for q in numeric], description="question")
+    pick = w.Dropdown(
+        options=[(f"{q.id} ({q.level})", q.id) for q in numeric], description="question"
+    )
     text = w.HTML()
     given = w.FloatText(value=0.0, description="answer")
     check = w.Button(description="check")
@@ -139,7 +157,9 @@ def quiz_widget():
 
     def on_pick(_=None):
         q = by_id(pick.value)
-        text.value = f"<p>{escape(q.question)}{' (in ' + escape(q.unit) + ')' if q.unit else ''}</p>"
+        text.value = (
+            f"<p>{escape(q.question)}{' (in ' + escape(q.unit) + ')' if q.unit else ''}</p>"
+        )
         verdict.value = ""
 
     def on_check(_):

@@ -19,8 +19,12 @@ from __future__ import annotations
 import argparse
 from dataclasses import asdict, dataclass, field, fields
 
-PLUGINS = {"ddp": "TorchDDPPlugin", "hybrid": "HybridParallelPlugin", "zero": "LowLevelZeroPlugin",
-           "gemini": "GeminiPlugin"}
+PLUGINS = {
+    "ddp": "TorchDDPPlugin",
+    "hybrid": "HybridParallelPlugin",
+    "zero": "LowLevelZeroPlugin",
+    "gemini": "GeminiPlugin",
+}
 
 
 @dataclass(frozen=True)
@@ -46,11 +50,20 @@ class LlamaShape:
     def config(self, attn: str = "sdpa", max_seq: int = 4096):
         from helpers.models.llama import llama_config
 
-        return llama_config(layers=self.layers, hidden=self.hidden, heads=self.heads, kv_heads=self.kv_heads,
-                            vocab=self.vocab, max_seq=max_seq, attn=attn)
+        return llama_config(
+            layers=self.layers,
+            hidden=self.hidden,
+            heads=self.heads,
+            kv_heads=self.kv_heads,
+            vocab=self.vocab,
+            max_seq=max_seq,
+            attn=attn,
+        )
 
 
-CPU_SHAPE = LlamaShape(layers=2, hidden=64, heads=4, kv_heads=4, vocab=256)  # the gloo path of the demo
+CPU_SHAPE = LlamaShape(
+    layers=2, hidden=64, heads=4, kv_heads=4, vocab=256
+)  # the gloo path of the demo
 
 
 @dataclass(frozen=True)
@@ -78,12 +91,16 @@ class TrainLayout:
             raise ValueError(f"unknown plugin {self.plugin!r}; valid: {sorted(PLUGINS)}")
         if self.world % (self.tp * self.pp):
             raise ValueError(f"tp·pp = {self.tp * self.pp} does not divide world = {self.world}")
-        if self.plugin == "ddp" and (self.precision != "fp32" or self.tp * self.pp > 1 or self.offload):
+        if self.plugin == "ddp" and (
+            self.precision != "fp32" or self.tp * self.pp > 1 or self.offload
+        ):
             raise ValueError("TorchDDPPlugin layouts here are fp32 data parallel only")
         if self.plugin == "zero" and self.zero_stage not in (1, 2):
             raise ValueError("LowLevelZeroPlugin needs zero_stage 1 or 2")
         if self.plugin != "hybrid" and self.tp * self.pp > 1:
-            raise ValueError(f"{PLUGINS[self.plugin]} has no tensor/pipeline axis here: use 'hybrid'")
+            raise ValueError(
+                f"{PLUGINS[self.plugin]} has no tensor/pipeline axis here: use 'hybrid'"
+            )
         if self.pp > 1 and self.microbatches < self.pp:
             raise ValueError(f"1F1B with pp={self.pp} needs at least {self.pp} micro-batches")
 
@@ -125,12 +142,18 @@ class TrainLayout:
     @classmethod
     def from_namespace(cls, ns: argparse.Namespace) -> "TrainLayout":
         shape = LlamaShape(**{k: getattr(ns, k) for k in asdict(LlamaShape())})
-        return cls(**{f.name: getattr(ns, f.name) for f in fields(cls) if f.name != "shape"}, shape=shape)
+        return cls(
+            **{f.name: getattr(ns, f.name) for f in fields(cls) if f.name != "shape"}, shape=shape
+        )
 
     @classmethod
     def from_dict(cls, d: dict) -> "TrainLayout":
         d = dict(d)
-        d["shape"] = LlamaShape(**d["shape"]) if isinstance(d.get("shape"), dict) else d.get("shape", LlamaShape())
+        d["shape"] = (
+            LlamaShape(**d["shape"])
+            if isinstance(d.get("shape"), dict)
+            else d.get("shape", LlamaShape())
+        )
         return cls(**d)
 
 
@@ -144,7 +167,9 @@ def plugin_spec(layout: TrainLayout) -> tuple[str, dict]:
     if layout.plugin == "ddp":
         return PLUGINS["ddp"], {}
     if layout.plugin == "zero":
-        return PLUGINS["zero"], dict(stage=layout.zero_stage, precision=layout.precision, cpu_offload=layout.offload)
+        return PLUGINS["zero"], dict(
+            stage=layout.zero_stage, precision=layout.precision, cpu_offload=layout.offload
+        )
     if layout.plugin == "gemini":
         kwargs = dict(precision=layout.precision, placement_policy=layout.placement)
         if layout.offload:
@@ -152,8 +177,13 @@ def plugin_spec(layout: TrainLayout) -> tuple[str, dict]:
                 raise ValueError("offload here means static placement with offload_optim_frac=1.0")
             kwargs["offload_optim_frac"] = 1.0
         return PLUGINS["gemini"], kwargs
-    kwargs = dict(tp_size=layout.tp, pp_size=layout.pp, precision=layout.precision, zero_stage=layout.zero_stage,
-                  max_norm=0.0)
+    kwargs = dict(
+        tp_size=layout.tp,
+        pp_size=layout.pp,
+        precision=layout.precision,
+        zero_stage=layout.zero_stage,
+        max_norm=0.0,
+    )
     if layout.pp > 1:
         kwargs.update(num_microbatches=layout.microbatches, pp_style="1f1b")
     return PLUGINS["hybrid"], kwargs

@@ -26,21 +26,47 @@ from typing import Any
 
 from helpers.config.schema import ConfigError, TrainConfig, load_config
 
-_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
-        ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow}
+_OPS = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.FloorDiv: operator.floordiv,
+    ast.Mod: operator.mod,
+    ast.Pow: operator.pow,
+}
 REMOVED_TENSOR_MODES = {
     "2d": "2D tensor parallelism (SUMMA, Xu et al. 2021)",
     "2.5d": "2.5D tensor parallelism (Wang et al. 2021)",
     "3d": "3D tensor parallelism (Bian et al. 2021)",
 }
-_MODEL_NAMES = {"SEQ_LENGTH": "seq_len", "SEQ_LEN": "seq_len", "DEPTH": "layers", "NUM_LAYERS": "layers",
-                "NUM_LAYER": "layers", "HIDDEN_SIZE": "hidden", "HIDDEN_DIM": "hidden", "VOCAB_SIZE": "vocab",
-                "NUM_ATTENTION_HEADS": "heads", "NUM_HEADS": "heads", "ATTENTION_HEAD": "heads"}
-_TRAIN_NAMES = {"GLOBAL_BATCH_SIZE": "batch_size", "TRAIN_ITERS": "steps", "LEARNING_RATE": "learning_rate",
-                "LR": "learning_rate", "clip_grad_norm": "max_grad_norm", "seed": "seed", "SEED": "seed"}
-_AMP = {"NAIVE": "Colossal-AI's own fp16 with fp32 master weights: the plugins' precision='fp16'",
-        "TORCH": "torch.cuda.amp: TorchDDPPlugin with Booster(mixed_precision='fp16')",
-        "APEX": "NVIDIA Apex AMP: precision fp16 (Booster also offers mixed_precision='fp16_apex')"}
+_MODEL_NAMES = {
+    "SEQ_LENGTH": "seq_len",
+    "SEQ_LEN": "seq_len",
+    "DEPTH": "layers",
+    "NUM_LAYERS": "layers",
+    "NUM_LAYER": "layers",
+    "HIDDEN_SIZE": "hidden",
+    "HIDDEN_DIM": "hidden",
+    "VOCAB_SIZE": "vocab",
+    "NUM_ATTENTION_HEADS": "heads",
+    "NUM_HEADS": "heads",
+    "ATTENTION_HEAD": "heads",
+}
+_TRAIN_NAMES = {
+    "GLOBAL_BATCH_SIZE": "batch_size",
+    "TRAIN_ITERS": "steps",
+    "LEARNING_RATE": "learning_rate",
+    "LR": "learning_rate",
+    "clip_grad_norm": "max_grad_norm",
+    "seed": "seed",
+    "SEED": "seed",
+}
+_AMP = {
+    "NAIVE": "Colossal-AI's own fp16 with fp32 master weights: the plugins' precision='fp16'",
+    "TORCH": "torch.cuda.amp: TorchDDPPlugin with Booster(mixed_precision='fp16')",
+    "APEX": "NVIDIA Apex AMP: precision fp16 (Booster also offers mixed_precision='fp16_apex')",
+}
 
 
 @dataclass(frozen=True)
@@ -64,14 +90,23 @@ class _Evaluator:
             if node.id in ("True", "False", "None"):
                 return {"True": True, "False": False, "None": None}[node.id]
             return Opaque(node.id, node.lineno)
-        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "AMP_TYPE":
+        if (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and node.value.id == "AMP_TYPE"
+        ):
             return f"AMP_TYPE.{node.attr}"
         if isinstance(node, (ast.List, ast.Tuple)):
             return [self.expr(e) for e in node.elts]
         if isinstance(node, ast.Dict) and None not in node.keys:
             return {self.expr(k): self.expr(v) for k, v in zip(node.keys, node.values)}
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "dict" \
-                and not node.args and all(k.arg for k in node.keywords):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id == "dict"
+            and not node.args
+            and all(k.arg for k in node.keywords)
+        ):
             return {k.arg: self.expr(k.value) for k in node.keywords}
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
             v = self.expr(node.operand)
@@ -85,30 +120,49 @@ class _Evaluator:
 
 def parse_legacy(source: str | Path) -> tuple[dict[str, Any], list[str]]:
     """Module-level names of a legacy config (path or text), evaluated safely, and skip notes."""
-    text = Path(source).read_text() if isinstance(source, Path) or (
-        isinstance(source, str) and "\n" not in source and source.endswith(".py")) else source
+    text = (
+        Path(source).read_text()
+        if isinstance(source, Path)
+        or (isinstance(source, str) and "\n" not in source and source.endswith(".py"))
+        else source
+    )
     try:
         tree = ast.parse(text)
     except SyntaxError as e:
-        raise ConfigError(f"legacy config line {e.lineno}: Python syntax error ({e.msg}); fix the file first",
-                          "legacy", e.lineno) from None
+        raise ConfigError(
+            f"legacy config line {e.lineno}: Python syntax error ({e.msg}); fix the file first",
+            "legacy",
+            e.lineno,
+        ) from None
     ev, skipped = _Evaluator(text), []
     for stmt in tree.body:
         if isinstance(stmt, (ast.Import, ast.ImportFrom)):
             continue
-        if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
+        if (
+            isinstance(stmt, ast.Assign)
+            and len(stmt.targets) == 1
+            and isinstance(stmt.targets[0], ast.Name)
+        ):
             ev.names[stmt.targets[0].id] = ev.expr(stmt.value)
-        elif not (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant)):  # docstrings are fine
-            skipped.append(f"line {stmt.lineno}: `{ast.unparse(stmt).splitlines()[0]}` skipped (the file is "
-                           "parsed, never executed)")
+        elif not (
+            isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant)
+        ):  # docstrings are fine
+            skipped.append(
+                f"line {stmt.lineno}: `{ast.unparse(stmt).splitlines()[0]}` skipped (the file is "
+                "parsed, never executed)"
+            )
     return ev.names, skipped
 
 
 def _plain(name: str, value: Any) -> Any:
     """A value the migration uses must have been evaluated: an Opaque one is an error, not a guess."""
     if isinstance(value, Opaque):
-        raise ConfigError(f"{name} = {value.source} (line {value.line}): cannot be evaluated without running the "
-                          "file, which migration never does; write the number itself", name, value.source)
+        raise ConfigError(
+            f"{name} = {value.source} (line {value.line}): cannot be evaluated without running the "
+            "file, which migration never does; write the number itself",
+            name,
+            value.source,
+        )
     if isinstance(value, dict):
         return {k: _plain(f"{name}.{k}", v) for k, v in value.items()}
     return value
@@ -118,13 +172,20 @@ def _size(value: Any, what: str) -> int:
     if isinstance(value, dict):
         value = value.get("size", 1)
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ConfigError(f"parallel.{what} = {value!r}: not a degree; write {what}=2 or "
-                          f"{what}=dict(size=2)", f"parallel.{what}", value)
+        raise ConfigError(
+            f"parallel.{what} = {value!r}: not a degree; write {what}=2 or {what}=dict(size=2)",
+            f"parallel.{what}",
+            value,
+        )
     return value
 
 
-def migrate_legacy(source: str | Path, world_size: int | None = None, sequence_mode: str = "all_to_all",
-                   extra: dict | None = None) -> tuple[dict, list[str]]:
+def migrate_legacy(
+    source: str | Path,
+    world_size: int | None = None,
+    sequence_mode: str = "all_to_all",
+    extra: dict | None = None,
+) -> tuple[dict, list[str]]:
     """(new-format dict, notes) for a legacy ``config.py`` given as a path or as text.
 
     ``world_size``: the processes the legacy run used (legacy ``BATCH_SIZE`` is per data-parallel
@@ -139,12 +200,19 @@ def migrate_legacy(source: str | Path, world_size: int | None = None, sequence_m
     model: dict[str, Any] = {}
     legacy = _plain("parallel", names.pop("parallel", {}))
     if not isinstance(legacy, dict):
-        raise ConfigError(f"parallel = {legacy!r}: expected dict(pipeline=..., tensor=dict(size=..., mode=...))",
-                          "parallel", legacy)
+        raise ConfigError(
+            f"parallel = {legacy!r}: expected dict(pipeline=..., tensor=dict(size=..., mode=...))",
+            "parallel",
+            legacy,
+        )
     for key in legacy:
         if key not in ("pipeline", "tensor", "data"):
-            raise ConfigError(f"parallel.{key} = {legacy[key]!r}: not a legacy parallel key; expected pipeline "
-                              "and tensor (data parallelism was implicit)", f"parallel.{key}", legacy[key])
+            raise ConfigError(
+                f"parallel.{key} = {legacy[key]!r}: not a legacy parallel key; expected pipeline "
+                "and tensor (data parallelism was implicit)",
+                f"parallel.{key}",
+                legacy[key],
+            )
     if "data" in legacy:
         par["data"] = _size(legacy["data"], "data")
     par["pipeline"] = _size(legacy.get("pipeline", 1), "pipeline")
@@ -155,25 +223,37 @@ def migrate_legacy(source: str | Path, world_size: int | None = None, sequence_m
     if isinstance(mode, str):
         mode = mode.lower()
     if mode in REMOVED_TENSOR_MODES:
-        raise ConfigError(f"parallel.tensor.mode = {mode!r}: {REMOVED_TENSOR_MODES[mode]} has no plugin "
-                          "equivalent (it survives only in the deprecated colossalai.legacy engine; the Booster "
-                          "plugins' shardformer does 1D, Megatron-style, tensor parallelism only); use mode '1d': "
-                          f"parallelism.tensor: {size}", "parallel.tensor.mode", mode)
+        raise ConfigError(
+            f"parallel.tensor.mode = {mode!r}: {REMOVED_TENSOR_MODES[mode]} has no plugin "
+            "equivalent (it survives only in the deprecated colossalai.legacy engine; the Booster "
+            "plugins' shardformer does 1D, Megatron-style, tensor parallelism only); use mode '1d': "
+            f"parallelism.tensor: {size}",
+            "parallel.tensor.mode",
+            mode,
+        )
     if mode == "sequence":
         par.update(sequence=size, sequence_mode=sequence_mode)
-        notes.append(f"parallel.tensor = dict(size={size}, mode='sequence') → parallelism.sequence: {size}, "
-                     f"sequence_mode: {sequence_mode} (legacy 'sequence' was ring self-attention; its closest "
-                     "successor is 'ring_attn', which needs flash-attn; 'all_to_all' splits the same axis "
-                     "and runs without it)")
+        notes.append(
+            f"parallel.tensor = dict(size={size}, mode='sequence') → parallelism.sequence: {size}, "
+            f"sequence_mode: {sequence_mode} (legacy 'sequence' was ring self-attention; its closest "
+            "successor is 'ring_attn', which needs flash-attn; 'all_to_all' splits the same axis "
+            "and runs without it)"
+        )
     elif mode == "1d" or (mode is None and size == 1):
         par["tensor"] = size
         if size > 1:
-            notes.append(f"parallel.tensor = dict(size={size}, mode='1d') → parallelism.tensor: {size} "
-                         "(1D = Megatron-style, the only tensor parallelism shardformer has)")
+            notes.append(
+                f"parallel.tensor = dict(size={size}, mode='1d') → parallelism.tensor: {size} "
+                "(1D = Megatron-style, the only tensor parallelism shardformer has)"
+            )
     else:
-        raise ConfigError(f"parallel.tensor.mode = {mode!r}: unknown mode; legacy modes were '1d', '2d', "
-                          "'2.5d', '3d' and 'sequence', and only '1d' and 'sequence' map to the current "
-                          "plugins", "parallel.tensor.mode", mode)
+        raise ConfigError(
+            f"parallel.tensor.mode = {mode!r}: unknown mode; legacy modes were '1d', '2d', "
+            "'2.5d', '3d' and 'sequence', and only '1d' and 'sequence' map to the current "
+            "plugins",
+            "parallel.tensor.mode",
+            mode,
+        )
     micro = _plain("NUM_MICRO_BATCHES", names.pop("NUM_MICRO_BATCHES", None))
     if micro is not None and par["pipeline"] > 1:
         par["microbatches"] = micro
@@ -182,21 +262,33 @@ def migrate_legacy(source: str | Path, world_size: int | None = None, sequence_m
         notes.append(f"NUM_MICRO_BATCHES = {micro} dropped: it only applied with pipeline > 1")
     fp16 = names.pop("fp16", None)
     if fp16 is not None:
-        amp = str(fp16.get("mode", "AMP_TYPE.TORCH") if isinstance(fp16, dict) else fp16).split(".")[-1]
+        amp = str(fp16.get("mode", "AMP_TYPE.TORCH") if isinstance(fp16, dict) else fp16).split(
+            "."
+        )[-1]
         train["precision"] = "fp16"
-        notes.append(f"fp16 = dict(mode=AMP_TYPE.{amp}) → train.precision: fp16 ({_AMP.get(amp, 'fp16')})")
+        notes.append(
+            f"fp16 = dict(mode=AMP_TYPE.{amp}) → train.precision: fp16 ({_AMP.get(amp, 'fp16')})"
+        )
     zero = names.pop("zero", None)
     if zero is not None:
         level = zero.get("level", 3) if isinstance(zero, dict) else 3
         par["zero_stage"] = level
-        notes.append(f"zero = dict(...) → parallelism.zero_stage: {level} (legacy sharded model = "
-                     "parameters sharded, i.e. ZeRO-3; GeminiPlugin today)")
+        notes.append(
+            f"zero = dict(...) → parallelism.zero_stage: {level} (legacy sharded model = "
+            "parameters sharded, i.e. ZeRO-3; GeminiPlugin today)"
+        )
     handler = names.pop("gradient_handler", None)
     if handler is not None:
-        kinds = [h.get("type") for h in handler if isinstance(h, dict)] if isinstance(handler, list) else handler
-        notes.append(f"gradient_handler = {kinds} dropped: gradient handlers belong to the legacy engine "
-                     "(colossalai.legacy.engine); under the Booster the plugin synchronises gradients itself (DDP/ZeRO over the data group, and HybridParallelPlugin "
-                     "all-reduces sequence-parallel gradients over the sp group)")
+        kinds = (
+            [h.get("type") for h in handler if isinstance(h, dict)]
+            if isinstance(handler, list)
+            else handler
+        )
+        notes.append(
+            f"gradient_handler = {kinds} dropped: gradient handlers belong to the legacy engine "
+            "(colossalai.legacy.engine); under the Booster the plugin synchronises gradients itself (DDP/ZeRO over the data group, and HybridParallelPlugin "
+            "all-reduces sequence-parallel gradients over the sp group)"
+        )
     for name, key in _TRAIN_NAMES.items():
         if name in names:
             train[key] = _plain(name, names.pop(name))
@@ -205,32 +297,48 @@ def migrate_legacy(source: str | Path, world_size: int | None = None, sequence_m
         per_rank = _plain("BATCH_SIZE", names.pop("BATCH_SIZE"))
         if "batch_size" not in train:
             if world_size is None:
-                raise ConfigError(f"BATCH_SIZE = {per_rank!r}: legacy BATCH_SIZE is per data-parallel rank, so the "
-                                  "global batch depends on the world size; pass world_size=<processes> (or set "
-                                  "GLOBAL_BATCH_SIZE)", "BATCH_SIZE", per_rank)
-            data = world_size // (par.get("tensor", 1) * par["pipeline"] *
-                                  (par.get("sequence", 1) if sequence_mode in ("all_to_all", "ring_attn") else 1))
+                raise ConfigError(
+                    f"BATCH_SIZE = {per_rank!r}: legacy BATCH_SIZE is per data-parallel rank, so the "
+                    "global batch depends on the world size; pass world_size=<processes> (or set "
+                    "GLOBAL_BATCH_SIZE)",
+                    "BATCH_SIZE",
+                    per_rank,
+                )
+            data = world_size // (
+                par.get("tensor", 1)
+                * par["pipeline"]
+                * (par.get("sequence", 1) if sequence_mode in ("all_to_all", "ring_attn") else 1)
+            )
             train["batch_size"] = per_rank * max(1, data)
-            notes.append(f"BATCH_SIZE = {per_rank} per data rank × data {data} → train.batch_size: "
-                         f"{train['batch_size']} (global)")
+            notes.append(
+                f"BATCH_SIZE = {per_rank} per data rank × data {data} → train.batch_size: "
+                f"{train['batch_size']} (global)"
+            )
     for name, key in _MODEL_NAMES.items():
         if name in names:
             model[key] = _plain(name, names.pop(name))
             notes.append(f"{name} = {model[key]!r} → model.{key}")
     for name, value in names.items():
         if not name.startswith("_"):
-            notes.append(f"{name} dropped: not part of the training configuration (set it in the training script)")
+            notes.append(
+                f"{name} dropped: not part of the training configuration (set it in the training script)"
+            )
     new = {"parallelism": par, "train": train, **({"model": model} if model else {})}
     for section, values in (extra or {}).items():
         new[section] = {**new.get(section, {}), **values}
     return new, notes
 
 
-def migrate_to_config(source: str | Path, world_size: int | None = None, **kwargs) -> tuple[TrainConfig, list[str]]:
+def migrate_to_config(
+    source: str | Path, world_size: int | None = None, **kwargs
+) -> tuple[TrainConfig, list[str]]:
     """:func:`migrate_legacy` followed by :func:`~helpers.config.schema.load_config` (same errors)."""
     new, notes = migrate_legacy(source, world_size=world_size, **kwargs)
     if "learning_rate" not in new["train"]:
-        raise ConfigError("train.learning_rate = (missing): the legacy file does not set LEARNING_RATE (legacy "
-                          "scripts often set it in train.py); pass extra={'train': {'learning_rate': 1e-4}}",
-                          "train.learning_rate", None)
+        raise ConfigError(
+            "train.learning_rate = (missing): the legacy file does not set LEARNING_RATE (legacy "
+            "scripts often set it in train.py); pass extra={'train': {'learning_rate': 1e-4}}",
+            "train.learning_rate",
+            None,
+        )
     return load_config(new, world_size=world_size), notes

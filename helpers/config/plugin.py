@@ -60,20 +60,46 @@ def plugin_spec(cfg: TrainConfig) -> PluginSpec:
     p, t = cfg.parallelism, cfg.train
     clip = {"max_norm": t.max_grad_norm} if t.max_grad_norm else {}
     if p.zero_stage == 3:
-        kwargs = {"precision": t.precision, **({"tp_size": p.tensor} if p.tensor > 1 else {}), **clip}
-        return PluginSpec("GeminiPlugin", kwargs, why="zero_stage 3: Gemini shards parameters, gradients "
-                          "and optimizer states in chunks")
+        kwargs = {
+            "precision": t.precision,
+            **({"tp_size": p.tensor} if p.tensor > 1 else {}),
+            **clip,
+        }
+        return PluginSpec(
+            "GeminiPlugin",
+            kwargs,
+            why="zero_stage 3: Gemini shards parameters, gradients and optimizer states in chunks",
+        )
     if p.model_parallel == 1 and p.zero_stage in (1, 2):
-        return PluginSpec("LowLevelZeroPlugin", {"stage": p.zero_stage, "precision": t.precision, **clip},
-                          why=f"data parallelism only, ZeRO-{p.zero_stage}")
+        return PluginSpec(
+            "LowLevelZeroPlugin",
+            {"stage": p.zero_stage, "precision": t.precision, **clip},
+            why=f"data parallelism only, ZeRO-{p.zero_stage}",
+        )
     if p.model_parallel == 1 and t.precision != "bf16":
-        notes = ("max_grad_norm: TorchDDPPlugin does not clip; call optimizer.clip_grad_by_norm("
-                 f"{t.max_grad_norm}) before optimizer.step()",) if t.max_grad_norm else ()
+        notes = (
+            (
+                "max_grad_norm: TorchDDPPlugin does not clip; call optimizer.clip_grad_by_norm("
+                f"{t.max_grad_norm}) before optimizer.step()",
+            )
+            if t.max_grad_norm
+            else ()
+        )
         booster = {"mixed_precision": "fp16"} if t.precision == "fp16" else {}
-        return PluginSpec("TorchDDPPlugin", {}, booster, why="data parallelism only, no ZeRO: PyTorch DDP"
-                          + (", fp16 through torch AMP" if booster else ""), notes=notes)
-    kwargs: dict = {"tp_size": p.tensor, "pp_size": p.pipeline, "precision": t.precision,
-                    "zero_stage": p.zero_stage}
+        return PluginSpec(
+            "TorchDDPPlugin",
+            {},
+            booster,
+            why="data parallelism only, no ZeRO: PyTorch DDP"
+            + (", fp16 through torch AMP" if booster else ""),
+            notes=notes,
+        )
+    kwargs: dict = {
+        "tp_size": p.tensor,
+        "pp_size": p.pipeline,
+        "precision": t.precision,
+        "zero_stage": p.zero_stage,
+    }
     if p.sequence_mode:
         kwargs.update(enable_sequence_parallelism=True, sequence_parallelism_mode=p.sequence_mode)
         if p.sp_in_world > 1:
@@ -84,11 +110,19 @@ def plugin_spec(cfg: TrainConfig) -> PluginSpec:
         else:
             kwargs["microbatch_size"] = t.micro_batch_size
     kwargs.update(clip)
-    notes = ("ring_attn turns on flash attention: it needs the flash-attn package and GPUs",) \
-        if p.sequence_mode == "ring_attn" else ()
-    why = ("bf16 without ZeRO: Booster(mixed_precision='bf16') fails in Colossal-AI 0.5.0, the hybrid "
-           "plugin with tp = pp = 1 runs DDP in bf16") if p.model_parallel == 1 else \
-        "tensor, pipeline or sequence parallelism: shardformer + the hybrid mesh (dp, pp, tp, sp)"
+    notes = (
+        ("ring_attn turns on flash attention: it needs the flash-attn package and GPUs",)
+        if p.sequence_mode == "ring_attn"
+        else ()
+    )
+    why = (
+        (
+            "bf16 without ZeRO: Booster(mixed_precision='bf16') fails in Colossal-AI 0.5.0, the hybrid "
+            "plugin with tp = pp = 1 runs DDP in bf16"
+        )
+        if p.model_parallel == 1
+        else "tensor, pipeline or sequence parallelism: shardformer + the hybrid mesh (dp, pp, tp, sp)"
+    )
     return PluginSpec("HybridParallelPlugin", kwargs, why=why, notes=notes)
 
 
@@ -115,16 +149,52 @@ MAPPING = [
     ("parallelism.data", "world ÷ 1", "world ÷ 1", "world ÷ tp_size", "world ÷ (tp·pp·sp)"),
     ("parallelism.tensor", "must be 1", "must be 1", "tp_size=", "tp_size="),
     ("parallelism.pipeline", "must be 1", "must be 1", "must be 1", "pp_size="),
-    ("parallelism.sequence", "must be 1", "must be 1", "must be 1", "sp_size= (all_to_all, ring_attn)"),
-    ("parallelism.sequence_mode", "—", "—", "—", "enable_sequence_parallelism=, sequence_parallelism_mode="),
+    (
+        "parallelism.sequence",
+        "must be 1",
+        "must be 1",
+        "must be 1",
+        "sp_size= (all_to_all, ring_attn)",
+    ),
+    (
+        "parallelism.sequence_mode",
+        "—",
+        "—",
+        "—",
+        "enable_sequence_parallelism=, sequence_parallelism_mode=",
+    ),
     ("parallelism.zero_stage", "0", "stage= (1, 2)", "3 (always)", "zero_stage= (0, 1, 2)"),
     ("parallelism.microbatches", "—", "—", "—", "num_microbatches="),
-    ("train.micro_batch_size", "loader batch", "loader batch", "loader batch", "microbatch_size= (if no microbatches)"),
-    ("train.precision", "Booster(mixed_precision=) fp16", "precision=", "precision= (fp16, bf16)", "precision="),
+    (
+        "train.micro_batch_size",
+        "loader batch",
+        "loader batch",
+        "loader batch",
+        "microbatch_size= (if no microbatches)",
+    ),
+    (
+        "train.precision",
+        "Booster(mixed_precision=) fp16",
+        "precision=",
+        "precision= (fp16, bf16)",
+        "precision=",
+    ),
     ("train.max_grad_norm", "clip in the loop", "max_norm=", "max_norm=", "max_norm="),
-    ("train.batch_size", "÷ data = loader batch", "÷ data", "÷ data", "÷ data = microbatches × micro-batch"),
+    (
+        "train.batch_size",
+        "÷ data = loader batch",
+        "÷ data",
+        "÷ data",
+        "÷ data = microbatches × micro-batch",
+    ),
     ("train.learning_rate, seed", "optimizer, torch.manual_seed", "same", "same", "same"),
-    ("train.save_interval, checkpoint_dir", "booster.save_model / save_optimizer", "same", "same", "same"),
+    (
+        "train.save_interval, checkpoint_dir",
+        "booster.save_model / save_optimizer",
+        "same",
+        "same",
+        "same",
+    ),
     ("model.*", "LlamaConfig (helpers.models.llama)", "same", "same", "same"),
 ]
 
@@ -158,8 +228,12 @@ def scaled_down(cfg: TrainConfig, max_procs: int, steps: int = 1) -> TrainConfig
         raise ValueError(f"max_procs must be at least 1, got {max_procs}")
     p, t, m = cfg.parallelism, cfg.train, cfg.model
     mode = p.sequence_mode
-    deg = {"data": p.data if isinstance(p.data, int) else max_procs, "tensor": p.tensor,
-           "pipeline": p.pipeline, "sequence": p.sp_in_world}
+    deg = {
+        "data": p.data if isinstance(p.data, int) else max_procs,
+        "tensor": p.tensor,
+        "pipeline": p.pipeline,
+        "sequence": p.sp_in_world,
+    }
     size = lambda: math.prod(deg.values())  # noqa: E731
     while size() > max_procs and max(deg.values()) > 2:
         name = max(_SHRINK_ORDER, key=lambda k: deg[k])  # ties: the earlier in _SHRINK_ORDER
@@ -168,23 +242,51 @@ def scaled_down(cfg: TrainConfig, max_procs: int, steps: int = 1) -> TrainConfig
         while size() > max_procs and deg[name] > 1:
             deg[name] = _smaller(deg[name])
     tp, pp, sp = deg["tensor"], deg["pipeline"], deg["sequence"]
-    if mode in ("split_gather", "ring") and tp == 1 or mode in ("all_to_all", "ring_attn") and sp == 1:
+    if (
+        mode in ("split_gather", "ring")
+        and tp == 1
+        or mode in ("all_to_all", "ring_attn")
+        and sp == 1
+    ):
         mode = None
     group = 2 if m.kv < m.heads else 1  # keep grouped-query attention if the model had it
     unit = tp * (sp if mode in ("all_to_all", "ring_attn") else 1)
     kv = max(2, unit) if group > 1 else None
     heads = kv * group if kv else max(4, unit)
-    split = {"all_to_all": sp, "ring_attn": 2 * sp, "split_gather": tp, "ring": tp}.get(mode or "", 1)
+    split = {"all_to_all": sp, "ring_attn": 2 * sp, "split_gather": tp, "ring": tp}.get(
+        mode or "", 1
+    )
     micro = 2 * pp if pp > 1 else None
-    return load_config({
-        "parallelism": {"data": deg["data"], "tensor": tp, "pipeline": pp,
-                        "sequence": sp if mode in ("all_to_all", "ring_attn") else 1, "sequence_mode": mode,
-                        "zero_stage": p.zero_stage, "microbatches": micro},
-        "train": {**t.model_dump(), "batch_size": deg["data"] * 2 * (micro or 1), "micro_batch_size": 2,
-                  "steps": steps, "save_interval": 1, "checkpoint_dir": f"{t.checkpoint_dir}-dry-run"},
-        "model": {"kind": m.kind, "layers": 2 * pp, "hidden": 16 * heads, "heads": heads, "kv_heads": kv,
-                  "vocab": 128, "seq_len": split * math.ceil(32 / split)},
-    })
+    return load_config(
+        {
+            "parallelism": {
+                "data": deg["data"],
+                "tensor": tp,
+                "pipeline": pp,
+                "sequence": sp if mode in ("all_to_all", "ring_attn") else 1,
+                "sequence_mode": mode,
+                "zero_stage": p.zero_stage,
+                "microbatches": micro,
+            },
+            "train": {
+                **t.model_dump(),
+                "batch_size": deg["data"] * 2 * (micro or 1),
+                "micro_batch_size": 2,
+                "steps": steps,
+                "save_interval": 1,
+                "checkpoint_dir": f"{t.checkpoint_dir}-dry-run",
+            },
+            "model": {
+                "kind": m.kind,
+                "layers": 2 * pp,
+                "hidden": 16 * heads,
+                "heads": heads,
+                "kv_heads": kv,
+                "vocab": 128,
+                "seq_len": split * math.ceil(32 / split),
+            },
+        }
+    )
 
 
 def side_by_side(full: TrainConfig, small: TrainConfig, procs: int | None = None) -> list[dict]:
@@ -193,7 +295,9 @@ def side_by_side(full: TrainConfig, small: TrainConfig, procs: int | None = None
     rows = [{"field": k, "full": a[k], "dry run": b[k]} for k in a if a[k] != b[k]]
     world = full.world_size(procs) if full.data_degree or procs else "auto"
     rows.append({"field": "world size", "full": world, "dry run": small.world_size()})
-    rows.append({"field": "plugin", "full": plugin_spec(full).plugin, "dry run": plugin_spec(small).plugin})
+    rows.append(
+        {"field": "plugin", "full": plugin_spec(full).plugin, "dry run": plugin_spec(small).plugin}
+    )
     return rows
 
 
@@ -208,7 +312,9 @@ def markdown_table(rows: list[dict], columns: list[str]) -> str:
     """A Markdown table (for a page or a README)."""
     esc = lambda v: str(v).replace("|", "\\|")  # noqa: E731
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    return "\n".join(lines + ["| " + " | ".join(esc(r.get(c, "")) for c in columns) + " |" for r in rows])
+    return "\n".join(
+        lines + ["| " + " | ".join(esc(r.get(c, "")) for c in columns) + " |" for r in rows]
+    )
 
 
 def html_table(rows: list[dict], columns: list[str]) -> str:
@@ -216,9 +322,11 @@ def html_table(rows: list[dict], columns: list[str]) -> str:
     from html import escape
 
     head = "".join(f"<th>{escape(c)}</th>" for c in columns)
-    body = "".join("<tr>" + "".join(f"<td>{escape(str(r.get(c, '')))}</td>" for c in columns) + "</tr>"
-                   for r in rows)
-    return f"<table class=\"table\"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    body = "".join(
+        "<tr>" + "".join(f"<td>{escape(str(r.get(c, '')))}</td>" for c in columns) + "</tr>"
+        for r in rows
+    )
+    return f'<table class="table"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
 
 
 def show_table(rows: list[dict], columns: list[str], key: str) -> None:

@@ -22,7 +22,15 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, Strict, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    Strict,
+    ValidationError,
+    model_validator,
+)
 
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"
 SEQUENCE_MODES = ("split_gather", "ring", "all_to_all", "ring_attn")
@@ -46,8 +54,11 @@ def _fail(field: str, value: Any, problem: str, fix: str) -> ConfigError:
 def _data_degree(v: Any) -> Any:
     if v == "auto" or (isinstance(v, int) and not isinstance(v, bool) and v >= 1):
         return v
-    fix = f"write the digits, data: {v}" if isinstance(v, str) and v.isdigit() else \
-        "use a whole number ≥ 1, or 'auto' to take what tensor × pipeline × sequence leave"
+    fix = (
+        f"write the digits, data: {v}"
+        if isinstance(v, str) and v.isdigit()
+        else "use a whole number ≥ 1, or 'auto' to take what tensor × pipeline × sequence leave"
+    )
     raise _fail("parallelism.data", v, "not a data-parallel degree", fix)
 
 
@@ -136,8 +147,12 @@ class TrainConfig(Section):
         """Processes this layout needs (data × tensor × pipeline × sequence for all_to_all/ring_attn)."""
         if self.data_degree is None:
             if procs is None:
-                raise ConfigError("parallelism.data = 'auto': the world size follows from the number of "
-                                  "processes; call world_size(procs) or resolve(procs), or set data", "parallelism.data", "auto")
+                raise ConfigError(
+                    "parallelism.data = 'auto': the world size follows from the number of "
+                    "processes; call world_size(procs) or resolve(procs), or set data",
+                    "parallelism.data",
+                    "auto",
+                )
             return self.resolve(procs).world_size()
         return self.data_degree * self.parallelism.model_parallel
 
@@ -167,8 +182,11 @@ class TrainConfig(Section):
 
     def _need_data(self) -> int:
         if self.data_degree is None:
-            raise ConfigError("parallelism.data = 'auto': resolve(procs) first to know the per-rank batch",
-                              "parallelism.data", "auto")
+            raise ConfigError(
+                "parallelism.data = 'auto': resolve(procs) first to know the per-rank batch",
+                "parallelism.data",
+                "auto",
+            )
         return self.data_degree
 
     def to_dict(self) -> dict:
@@ -200,38 +218,83 @@ def check(cfg: TrainConfig) -> None:
     p, t, m = cfg.parallelism, cfg.train, cfg.model
     mode = p.sequence_mode
     if p.sequence > 1 and mode is None:
-        raise _fail("parallelism.sequence", p.sequence, "a sequence degree needs a sequence_mode",
-                    "add sequence_mode: all_to_all (Ulysses; or ring_attn), or split_gather/ring with tensor > 1")
+        raise _fail(
+            "parallelism.sequence",
+            p.sequence,
+            "a sequence degree needs a sequence_mode",
+            "add sequence_mode: all_to_all (Ulysses; or ring_attn), or split_gather/ring with tensor > 1",
+        )
     if mode in SHARES_TP and p.tensor == 1:
-        raise _fail("parallelism.sequence_mode", mode, f"{mode} splits the sequence over the tensor-parallel group, "
-                    "and tensor = 1", "set tensor: 2 or more, or use sequence_mode: all_to_all with sequence: 2")
+        raise _fail(
+            "parallelism.sequence_mode",
+            mode,
+            f"{mode} splits the sequence over the tensor-parallel group, and tensor = 1",
+            "set tensor: 2 or more, or use sequence_mode: all_to_all with sequence: 2",
+        )
     if mode in SHARES_TP and p.sequence not in (1, p.tensor):
-        raise _fail("parallelism.sequence", p.sequence, f"{mode} reuses the tensor group, so its degree is "
-                    f"tensor = {p.tensor}", f"remove sequence (or set it to {p.tensor}), or use all_to_all")
+        raise _fail(
+            "parallelism.sequence",
+            p.sequence,
+            f"{mode} reuses the tensor group, so its degree is tensor = {p.tensor}",
+            f"remove sequence (or set it to {p.tensor}), or use all_to_all",
+        )
     if mode in ("all_to_all", "ring_attn") and p.sequence == 1:
-        raise _fail("parallelism.sequence", 1, f"sequence_mode {mode} with sequence 1 splits nothing",
-                    "set sequence: 2 or more, or remove sequence_mode")
+        raise _fail(
+            "parallelism.sequence",
+            1,
+            f"sequence_mode {mode} with sequence 1 splits nothing",
+            "set sequence: 2 or more, or remove sequence_mode",
+        )
     if p.pipeline > 1 and p.microbatches is None and t.micro_batch_size is None:
-        raise _fail("parallelism.microbatches", "(not set)", f"pipeline = {p.pipeline} needs micro-batches to keep its "
-                    "stages busy", f"add microbatches: {2 * p.pipeline} (≥ pipeline; more shrinks the bubble)")
+        raise _fail(
+            "parallelism.microbatches",
+            "(not set)",
+            f"pipeline = {p.pipeline} needs micro-batches to keep its stages busy",
+            f"add microbatches: {2 * p.pipeline} (≥ pipeline; more shrinks the bubble)",
+        )
     if p.microbatches is not None and p.pipeline == 1:
-        raise _fail("parallelism.microbatches", p.microbatches, "micro-batches feed the pipeline schedule and "
-                    "pipeline = 1", "remove microbatches (for gradient accumulation set train.micro_batch_size)")
+        raise _fail(
+            "parallelism.microbatches",
+            p.microbatches,
+            "micro-batches feed the pipeline schedule and pipeline = 1",
+            "remove microbatches (for gradient accumulation set train.micro_batch_size)",
+        )
     if p.zero_stage == 3 and p.pipeline > 1:
-        raise _fail("parallelism.zero_stage", 3, f"ZeRO-3 (GeminiPlugin) cannot run with pipeline = {p.pipeline}",
-                    "use zero_stage: 1 with the pipeline, or pipeline: 1 with ZeRO-3")
+        raise _fail(
+            "parallelism.zero_stage",
+            3,
+            f"ZeRO-3 (GeminiPlugin) cannot run with pipeline = {p.pipeline}",
+            "use zero_stage: 1 with the pipeline, or pipeline: 1 with ZeRO-3",
+        )
     if p.zero_stage == 2 and p.pipeline > 1:
-        raise _fail("parallelism.zero_stage", 2, "HybridParallelPlugin allows only ZeRO 0 or 1 with a pipeline "
-                    "(gradient sharding would sync every micro-batch)", "use zero_stage: 1")
+        raise _fail(
+            "parallelism.zero_stage",
+            2,
+            "HybridParallelPlugin allows only ZeRO 0 or 1 with a pipeline "
+            "(gradient sharding would sync every micro-batch)",
+            "use zero_stage: 1",
+        )
     if p.zero_stage == 3 and mode is not None:
-        raise _fail("parallelism.zero_stage", 3, f"ZeRO-3 (GeminiPlugin) has no {mode} sequence parallelism",
-                    "use zero_stage: 1 or 2 (HybridParallelPlugin) with sequence parallelism")
+        raise _fail(
+            "parallelism.zero_stage",
+            3,
+            f"ZeRO-3 (GeminiPlugin) has no {mode} sequence parallelism",
+            "use zero_stage: 1 or 2 (HybridParallelPlugin) with sequence parallelism",
+        )
     if p.zero_stage == 3 and t.precision == "fp32":
-        raise _fail("train.precision", "fp32", "ZeRO-3 (GeminiPlugin) trains in fp16 or bf16 only",
-                    "set precision: bf16 (or fp16), or zero_stage: 1/2")
+        raise _fail(
+            "train.precision",
+            "fp32",
+            "ZeRO-3 (GeminiPlugin) trains in fp16 or bf16 only",
+            "set precision: bf16 (or fp16), or zero_stage: 1/2",
+        )
     if p.zero_stage in (1, 2) and t.precision == "fp32" and p.model_parallel > 1:
-        raise _fail("train.precision", "fp32", "HybridParallelPlugin's ZeRO optimizer needs a 16-bit precision",
-                    "set precision: bf16 (or fp16), or zero_stage: 0")
+        raise _fail(
+            "train.precision",
+            "fp32",
+            "HybridParallelPlugin's ZeRO optimizer needs a 16-bit precision",
+            "set precision: bf16 (or fp16), or zero_stage: 0",
+        )
     _check_model(p, m)
     if cfg.data_degree is not None:
         _check_batch(p, t, cfg.data_degree)
@@ -239,74 +302,142 @@ def check(cfg: TrainConfig) -> None:
 
 def _check_model(p: Parallelism, m: Model) -> None:
     if m.hidden % m.heads:
-        raise _fail("model.hidden", m.hidden, f"does not split into heads = {m.heads}",
-                    f"use a multiple of {m.heads}, e.g. {m.heads * max(1, round(m.hidden / m.heads))}")
+        raise _fail(
+            "model.hidden",
+            m.hidden,
+            f"does not split into heads = {m.heads}",
+            f"use a multiple of {m.heads}, e.g. {m.heads * max(1, round(m.hidden / m.heads))}",
+        )
     if m.kv_heads is not None and m.heads % m.kv_heads:
-        raise _fail("model.kv_heads", m.kv_heads, f"grouped-query attention needs kv_heads to divide heads = {m.heads}",
-                    f"try kv_heads {_nearest(_divisors(m.heads), m.kv_heads)}")
+        raise _fail(
+            "model.kv_heads",
+            m.kv_heads,
+            f"grouped-query attention needs kv_heads to divide heads = {m.heads}",
+            f"try kv_heads {_nearest(_divisors(m.heads), m.kv_heads)}",
+        )
     for name, n in (("heads", m.heads), ("kv_heads", m.kv)):
         if n % p.tensor:
             ok = [d for d in _divisors(m.heads) if m.kv % d == 0]
-            raise _fail("parallelism.tensor", p.tensor, f"does not divide model.{name} = {n} (each tensor rank "
-                        f"holds whole heads)", f"try tensor {_nearest(ok, p.tensor)}")
+            raise _fail(
+                "parallelism.tensor",
+                p.tensor,
+                f"does not divide model.{name} = {n} (each tensor rank holds whole heads)",
+                f"try tensor {_nearest(ok, p.tensor)}",
+            )
     for name, n in (("heads", m.heads), ("kv_heads", m.kv)):
-        if p.sequence_mode == "all_to_all" and n % (p.tensor * p.sequence):  # shardformer: n // sp // tp, unchecked
+        if p.sequence_mode == "all_to_all" and n % (
+            p.tensor * p.sequence
+        ):  # shardformer: n // sp // tp, unchecked
             ok = [d for d in _divisors(m.heads // p.tensor) if (m.kv // p.tensor) % d == 0]
-            raise _fail("parallelism.sequence", p.sequence, f"all_to_all gives each rank model.{name} / (tensor × "
-                        f"sequence) = {n} / {p.tensor * p.sequence} heads, not whole",
-                        f"try sequence {_nearest(ok, p.sequence)}")
+            raise _fail(
+                "parallelism.sequence",
+                p.sequence,
+                f"all_to_all gives each rank model.{name} / (tensor × "
+                f"sequence) = {n} / {p.tensor * p.sequence} heads, not whole",
+                f"try sequence {_nearest(ok, p.sequence)}",
+            )
     if m.layers % p.pipeline:
-        raise _fail("parallelism.pipeline", p.pipeline, f"does not divide model.layers = {m.layers} into equal stages "
-                    "(the pipeline would run at the pace of its largest stage)",
-                    f"try pipeline {_nearest(_divisors(m.layers), p.pipeline)}")
+        raise _fail(
+            "parallelism.pipeline",
+            p.pipeline,
+            f"does not divide model.layers = {m.layers} into equal stages "
+            "(the pipeline would run at the pace of its largest stage)",
+            f"try pipeline {_nearest(_divisors(m.layers), p.pipeline)}",
+        )
     split = {"all_to_all": p.sequence, "ring_attn": 2 * p.sequence}.get(p.sequence_mode or "", 1)
     if p.sequence_mode in SHARES_TP:
         split = p.tensor
     if m.seq_len % split:
-        why = "ring_attn's zigzag split needs 2 × sequence chunks" if p.sequence_mode == "ring_attn" else \
-            f"{p.sequence_mode} gives each rank seq_len / {split} tokens"
-        raise _fail("model.seq_len", m.seq_len, f"does not divide by {split} ({why})",
-                    f"use a multiple of {split}, e.g. {split * max(1, round(m.seq_len / split))}")
+        why = (
+            "ring_attn's zigzag split needs 2 × sequence chunks"
+            if p.sequence_mode == "ring_attn"
+            else f"{p.sequence_mode} gives each rank seq_len / {split} tokens"
+        )
+        raise _fail(
+            "model.seq_len",
+            m.seq_len,
+            f"does not divide by {split} ({why})",
+            f"use a multiple of {split}, e.g. {split * max(1, round(m.seq_len / split))}",
+        )
 
 
 def _check_batch(p: Parallelism, t: Train, data: int) -> None:
     if t.batch_size % data:
-        raise _fail("train.batch_size", t.batch_size, f"the global batch does not split over data = {data} ranks",
-                    f"use a multiple of {data}, e.g. {data * max(1, t.batch_size // data)}")
+        raise _fail(
+            "train.batch_size",
+            t.batch_size,
+            f"the global batch does not split over data = {data} ranks",
+            f"use a multiple of {data}, e.g. {data * max(1, t.batch_size // data)}",
+        )
     per_rank = t.batch_size // data
     if t.micro_batch_size is not None and per_rank % t.micro_batch_size:
-        raise _fail("train.micro_batch_size", t.micro_batch_size, f"global batch {t.batch_size} = data {data} × "
-                    f"{per_rank} per rank, and {per_rank} is not a multiple of {t.micro_batch_size}",
-                    f"use a divisor of {per_rank}, e.g. {_nearest(_divisors(per_rank), t.micro_batch_size, 1)}")
+        raise _fail(
+            "train.micro_batch_size",
+            t.micro_batch_size,
+            f"global batch {t.batch_size} = data {data} × "
+            f"{per_rank} per rank, and {per_rank} is not a multiple of {t.micro_batch_size}",
+            f"use a divisor of {per_rank}, e.g. {_nearest(_divisors(per_rank), t.micro_batch_size, 1)}",
+        )
     if p.microbatches is not None:
-        mbs = t.micro_batch_size or (per_rank // p.microbatches if per_rank % p.microbatches == 0 else None)
+        mbs = t.micro_batch_size or (
+            per_rank // p.microbatches if per_rank % p.microbatches == 0 else None
+        )
         if mbs is None or per_rank != mbs * p.microbatches:
-            raise _fail("parallelism.microbatches", p.microbatches, f"each data rank gets {per_rank} sequences "
-                        f"(batch {t.batch_size} / data {data})" + (f" in micro-batches of {mbs}" if mbs else ""),
-                        f"use microbatches {_nearest(_divisors(per_rank), p.microbatches)} or change batch_size")
+            raise _fail(
+                "parallelism.microbatches",
+                p.microbatches,
+                f"each data rank gets {per_rank} sequences "
+                f"(batch {t.batch_size} / data {data})"
+                + (f" in micro-batches of {mbs}" if mbs else ""),
+                f"use microbatches {_nearest(_divisors(per_rank), p.microbatches)} or change batch_size",
+            )
 
 
 def check_world(cfg: TrainConfig, procs: int) -> None:
     """Does this layout fit ``procs`` processes (GPUs)? Raises ConfigError if not."""
     p = cfg.parallelism
     mp = p.model_parallel
-    parts = " × ".join(f"{k}={v}" for k, v in (("tensor", p.tensor), ("pipeline", p.pipeline),
-                                                ("sequence", p.sp_in_world)) if v > 1) or "1"
+    parts = (
+        " × ".join(
+            f"{k}={v}"
+            for k, v in (
+                ("tensor", p.tensor),
+                ("pipeline", p.pipeline),
+                ("sequence", p.sp_in_world),
+            )
+            if v > 1
+        )
+        or "1"
+    )
     if cfg.data_degree is None:
         if procs % mp:
             big = "tensor" if p.tensor >= p.pipeline else "pipeline"
             other = mp // getattr(p, big)
-            ok = [d for d in _divisors(procs // other if procs % other == 0 else 1)
-                  if big != "tensor" or cfg.model.heads % d == 0]
-            raise ConfigError(f"parallelism: {procs} GPUs cannot be split as {parts} ({mp} does not divide "
-                              f"{procs}); try {big} {_nearest(ok, getattr(p, big))}", f"parallelism.{big}", getattr(p, big))
+            ok = [
+                d
+                for d in _divisors(procs // other if procs % other == 0 else 1)
+                if big != "tensor" or cfg.model.heads % d == 0
+            ]
+            raise ConfigError(
+                f"parallelism: {procs} GPUs cannot be split as {parts} ({mp} does not divide "
+                f"{procs}); try {big} {_nearest(ok, getattr(p, big))}",
+                f"parallelism.{big}",
+                getattr(p, big),
+            )
         return
     need = cfg.data_degree * mp
     if need != procs:
-        fix = f"set data: {procs // mp} or data: auto" if procs % mp == 0 else \
-            f"use {need} processes ({procs} is not a multiple of {parts} = {mp})"
-        raise ConfigError(f"parallelism: data={cfg.data_degree} × {parts} needs {need} processes, but {procs} were "
-                          f"requested; {fix}", "parallelism.data", cfg.data_degree)
+        fix = (
+            f"set data: {procs // mp} or data: auto"
+            if procs % mp == 0
+            else f"use {need} processes ({procs} is not a multiple of {parts} = {mp})"
+        )
+        raise ConfigError(
+            f"parallelism: data={cfg.data_degree} × {parts} needs {need} processes, but {procs} were "
+            f"requested; {fix}",
+            "parallelism.data",
+            cfg.data_degree,
+        )
 
 
 # -- loading and error messages ---------------------------------------------------------------
@@ -319,8 +450,12 @@ def _mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = Fals
     for key_node, value_node in node.value:
         key = loader.construct_object(key_node, deep=deep)
         if key in seen:
-            raise ConfigError(f"{key} appears twice in one section (lines {seen[key]} and {key_node.start_mark.line + 1}); "
-                              f"YAML would silently keep the last one: delete one of them", str(key), None)
+            raise ConfigError(
+                f"{key} appears twice in one section (lines {seen[key]} and {key_node.start_mark.line + 1}); "
+                f"YAML would silently keep the last one: delete one of them",
+                str(key),
+                None,
+            )
         seen[key] = key_node.start_mark.line + 1
     return loader.construct_mapping(node, deep=deep)
 
@@ -331,22 +466,33 @@ _UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG,
 def _read(source: str | Path | dict) -> Any:
     if isinstance(source, dict):
         return source
-    if isinstance(source, Path) or (isinstance(source, str) and "\n" not in source
-                                    and source.strip().endswith((".yaml", ".yml"))):
+    if isinstance(source, Path) or (
+        isinstance(source, str)
+        and "\n" not in source
+        and source.strip().endswith((".yaml", ".yml"))
+    ):
         path = Path(source)
         if not path.is_file() and (CONFIG_DIR / path).is_file():
             path = CONFIG_DIR / path  # a bundled example: load_config("seed.yaml")
         if not path.is_file():
-            raise ConfigError(f"config file {str(source)!r} not found; bundled examples: "
-                              f"{sorted(p.name for p in CONFIG_DIR.glob('*.yaml'))}", "source", str(source))
+            raise ConfigError(
+                f"config file {str(source)!r} not found; bundled examples: "
+                f"{sorted(p.name for p in CONFIG_DIR.glob('*.yaml'))}",
+                "source",
+                str(source),
+            )
         source = path.read_text()
     try:
         return yaml.load(source, Loader=_UniqueKeyLoader)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise ConfigError(f"YAML syntax error{where}: {getattr(e, 'problem', e)}; check the indentation "
-                          f"(two spaces under each section) and the ':' after every key", "yaml", None) from None
+        raise ConfigError(
+            f"YAML syntax error{where}: {getattr(e, 'problem', e)}; check the indentation "
+            f"(two spaces under each section) and the ':' after every key",
+            "yaml",
+            None,
+        ) from None
 
 
 def load_config(source: str | Path | dict, world_size: int | None = None) -> TrainConfig:
@@ -357,8 +503,12 @@ def load_config(source: str | Path | dict, world_size: int | None = None) -> Tra
     """
     raw = _read(source)
     if not isinstance(raw, dict):
-        raise ConfigError(f"a config must be a mapping with sections parallelism/train/model, got "
-                          f"{type(raw).__name__} {raw!r:.60}; start the file with 'parallelism:'", "config", raw)
+        raise ConfigError(
+            f"a config must be a mapping with sections parallelism/train/model, got "
+            f"{type(raw).__name__} {raw!r:.60}; start the file with 'parallelism:'",
+            "config",
+            raw,
+        )
     try:
         cfg = TrainConfig.model_validate(raw)
     except ValidationError as e:
@@ -366,18 +516,42 @@ def load_config(source: str | Path | dict, world_size: int | None = None) -> Tra
     return cfg.resolve(world_size) if world_size is not None else cfg
 
 
-_EXAMPLES = {"train": "{batch_size: 128, learning_rate: 3e-4}", "batch_size": 128, "learning_rate": "3e-4", "precision": "bf16", "tensor": 2, "pipeline": 2,
-             "data": 8, "sequence": 2, "microbatches": 4, "zero_stage": 1, "steps": 100, "save_interval": 1000,
-             "keep_last": 3}
-_HINTS = {"parallel": "a legacy config.py key: migrate with helpers.config.legacy.migrate_legacy",
-          "fp16": "precision lives in train: precision: fp16", "optimizer": "the optimizer is set by the training script",
-          "lr": "did you mean 'learning_rate'?", "global_batch_size": "did you mean 'batch_size'? (it is the global batch)"}
-_HINTS.update({ax: f"did you mean '{name}'? (the config spells out the axis names dp/tp/pp/sp)"
-               for ax, name in (("dp", "data"), ("tp", "tensor"), ("pp", "pipeline"), ("sp", "sequence"))})
+_EXAMPLES = {
+    "train": "{batch_size: 128, learning_rate: 3e-4}",
+    "batch_size": 128,
+    "learning_rate": "3e-4",
+    "precision": "bf16",
+    "tensor": 2,
+    "pipeline": 2,
+    "data": 8,
+    "sequence": 2,
+    "microbatches": 4,
+    "zero_stage": 1,
+    "steps": 100,
+    "save_interval": 1000,
+    "keep_last": 3,
+}
+_HINTS = {
+    "parallel": "a legacy config.py key: migrate with helpers.config.legacy.migrate_legacy",
+    "fp16": "precision lives in train: precision: fp16",
+    "optimizer": "the optimizer is set by the training script",
+    "lr": "did you mean 'learning_rate'?",
+    "global_batch_size": "did you mean 'batch_size'? (it is the global batch)",
+}
+_HINTS.update(
+    {
+        ax: f"did you mean '{name}'? (the config spells out the axis names dp/tp/pp/sp)"
+        for ax, name in (("dp", "data"), ("tp", "tensor"), ("pp", "pipeline"), ("sp", "sequence"))
+    }
+)
 
 
 def _field_of(loc: tuple) -> tuple[str, str]:
-    names = [str(x) for x in loc if isinstance(x, str) and not x.startswith(("int", "literal", "function"))]
+    names = [
+        str(x)
+        for x in loc
+        if isinstance(x, str) and not x.startswith(("int", "literal", "function"))
+    ]
     return ".".join(names), (names[-1] if names else "config")
 
 
@@ -401,12 +575,19 @@ def _translate(err: ValidationError, raw: dict) -> ConfigError:
     if kind == "extra_forbidden":
         parent = _get(raw, e["loc"][:-1])
         section = field.rsplit(".", 1)[0] if "." in field else "config"
-        valid = list((TrainConfig if section == "config" else
-                      TrainConfig.model_fields[section].annotation).model_fields)
+        valid = list(
+            (
+                TrainConfig if section == "config" else TrainConfig.model_fields[section].annotation
+            ).model_fields
+        )
         close = difflib.get_close_matches(key, valid, n=1, cutoff=0.5)
         fix = _HINTS.get(key) or (f"did you mean '{close[0]}'?" if close else "remove it")
-        msg = _fail(field, parent.get(key) if isinstance(parent, dict) else value,
-                    f"unknown key in {section}", f"{fix} (valid keys: {', '.join(valid)})")
+        msg = _fail(
+            field,
+            parent.get(key) if isinstance(parent, dict) else value,
+            f"unknown key in {section}",
+            f"{fix} (valid keys: {', '.join(valid)})",
+        )
     elif kind == "missing":
         msg = _fail(field, "(missing)", "required", f"add it, e.g. {key}: {example}")
     elif kind == "literal_error":
@@ -421,23 +602,42 @@ def _translate(err: ValidationError, raw: dict) -> ConfigError:
     elif kind in ("greater_than_equal", "greater_than", "less_than_equal"):
         bound = e["ctx"].get("ge", e["ctx"].get("gt", e["ctx"].get("le")))
         rel = {"greater_than_equal": "≥", "greater_than": ">", "less_than_equal": "≤"}[kind]
-        fix = ("ZeRO stages are 0 (off), 1, 2 and 3" if key == "zero_stage" else
-               "a degree counts processes: 1 switches the dimension off" if e["loc"][0] == "parallelism" else
-               ("0 turns clipping off" if key == "max_grad_norm" else f"use a positive value, e.g. {key}: {example}"))
+        fix = (
+            "ZeRO stages are 0 (off), 1, 2 and 3"
+            if key == "zero_stage"
+            else "a degree counts processes: 1 switches the dimension off"
+            if e["loc"][0] == "parallelism"
+            else (
+                "0 turns clipping off"
+                if key == "max_grad_norm"
+                else f"use a positive value, e.g. {key}: {example}"
+            )
+        )
         msg = _fail(field, value, f"must be {rel} {bound}", fix)
     elif kind in ("model_type", "dict_type", "model_attributes_type"):
-        msg = _fail(field, value, "must be a mapping (a section of keys)", f"write it as '{key}:' followed by "
-                    "indented 'key: value' lines")
+        msg = _fail(
+            field,
+            value,
+            "must be a mapping (a section of keys)",
+            f"write it as '{key}:' followed by indented 'key: value' lines",
+        )
     elif kind == "string_too_short":
         msg = _fail(field, value, "must not be empty", f"name a folder, e.g. {key}: ckpt/run1")
     elif kind.startswith(("int_", "float_", "string_", "value_error")) or kind == "bool_type":
-        want = {"int": "a whole number", "flo": "a number", "str": "a string"}.get(kind[:3], "a number")
+        want = {"int": "a whole number", "flo": "a number", "str": "a string"}.get(
+            kind[:3], "a number"
+        )
         fix = f"write e.g. {key}: {example}"
-        if isinstance(value, str) and value.replace("e", "").replace(".", "").replace("-", "").isdigit():
+        if (
+            isinstance(value, str)
+            and value.replace("e", "").replace(".", "").replace("-", "").isdigit()
+        ):
             fix = f"write the digits, e.g. {key}: {int(float(value)) if float(value).is_integer() else value}"
         msg = _fail(field, value, f"must be {want}, not {type(value).__name__}", fix)
     else:
         msg = _fail(field, value, e["msg"], "see the chapter's table of fields")
     if len(errors) > 1:
-        msg = ConfigError(f"{msg} (and {len(errors) - 1} more problem(s) after this one)", msg.field, msg.value)
+        msg = ConfigError(
+            f"{msg} (and {len(errors) - 1} more problem(s) after this one)", msg.field, msg.value
+        )
     return msg

@@ -28,15 +28,21 @@ def optimizer_census(opt, model) -> dict:
     inner = getattr(opt, "optim", opt)
     states = [v for s in inner.state.values() for v in s.values()]
     masters = [p for g in inner.param_groups for p in g["params"]]
-    census = {"optimizer_states": tensor_bytes(states), "optimizer_params": tensor_bytes(masters),
-              "model_params": tensor_bytes(list(model.parameters()))}
+    census = {
+        "optimizer_states": tensor_bytes(states),
+        "optimizer_params": tensor_bytes(masters),
+        "model_params": tensor_bytes(list(model.parameters())),
+    }
     manager = getattr(model, "chunk_manager", None)  # GeminiDDP is the boosted model itself
     if manager is not None:  # Gemini: chunk sizes as its search chose them (informational)
         chunks = [c for group in manager.chunk_groups.values() for c in group]
         # int(): the chunk search computes sizes with numpy, and json cannot write numpy integers
-        census["chunks"] = {"sizes": [int(c.chunk_size) for c in chunks], "used": [int(c.utilized_size) for c in chunks],
-                            "keep_gathered": [bool(c.keep_gathered) for c in chunks],
-                            "total_mem": {k: int(v) for k, v in manager.total_mem.items()}}
+        census["chunks"] = {
+            "sizes": [int(c.chunk_size) for c in chunks],
+            "used": [int(c.utilized_size) for c in chunks],
+            "keep_gathered": [bool(c.keep_gathered) for c in chunks],
+            "total_mem": {k: int(v) for k, v in manager.total_mem.items()},
+        }
     return census
 
 
@@ -47,9 +53,13 @@ def leftover_tensors(opt, model, top: int = 12) -> list[dict]:
     import warnings
 
     inner = getattr(opt, "optim", opt)
-    known = {t.untyped_storage().data_ptr() for t in list(model.parameters())
-             + [v for s in inner.state.values() for v in s.values() if isinstance(v, torch.Tensor)]
-             + [p for g in inner.param_groups for p in g["params"]] if t.device.type == "cuda" and t.numel()}
+    known = {
+        t.untyped_storage().data_ptr()
+        for t in list(model.parameters())
+        + [v for s in inner.state.values() for v in s.values() if isinstance(v, torch.Tensor)]
+        + [p for g in inner.param_groups for p in g["params"]]
+        if t.device.type == "cuda" and t.numel()
+    }
     groups: dict = {}
     seen = set()
     with warnings.catch_warnings():

@@ -33,14 +33,19 @@ from typing import Iterable
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
 # torch.distributed names of the tensor variants the benchmark calls
-ALIASES = {"all_gather_into_tensor": "all_gather", "reduce_scatter_tensor": "reduce_scatter",
-           "all_to_all_single": "all_to_all"}
+ALIASES = {
+    "all_gather_into_tensor": "all_gather",
+    "reduce_scatter_tensor": "reduce_scatter",
+    "all_to_all_single": "all_to_all",
+}
 
 
 def _canonical(collective: str) -> str:
     name = ALIASES.get(collective, collective)
     if name not in COLLECTIVES:
-        raise ValueError(f"unknown collective {collective!r}; valid: {', '.join(COLLECTIVES + tuple(ALIASES))}")
+        raise ValueError(
+            f"unknown collective {collective!r}; valid: {', '.join(COLLECTIVES + tuple(ALIASES))}"
+        )
     return name
 
 
@@ -106,8 +111,12 @@ class Link:
 # * PCIe Gen5 x16: 32 GT/s × 16 lanes, 128b/130b → ~63 GB/s per direction.
 # Latencies are assumed orders of magnitude (a few µs per collective), not datasheet figures.
 NOMINAL_LINKS = {
-    "nvlink4": Link("NVLink 4, H100/H200 SXM (nominal: 450 GB/s per direction, 5 µs assumed)", 450e9, 5e-6),
-    "ib_ndr": Link("InfiniBand NDR 400 Gb/s (nominal: 50 GB/s per direction, 10 µs assumed)", 50e9, 10e-6),
+    "nvlink4": Link(
+        "NVLink 4, H100/H200 SXM (nominal: 450 GB/s per direction, 5 µs assumed)", 450e9, 5e-6
+    ),
+    "ib_ndr": Link(
+        "InfiniBand NDR 400 Gb/s (nominal: 50 GB/s per direction, 10 µs assumed)", 50e9, 10e-6
+    ),
     "pcie5": Link("PCIe Gen5 x16 (nominal: ~63 GB/s per direction, 10 µs assumed)", 63e9, 10e-6),
 }
 
@@ -119,7 +128,9 @@ def ring_steps(collective: str, n: int) -> int:
     return (2 if _canonical(collective) == "all_reduce" else 1) * (n - 1)
 
 
-def collective_time(collective: str, size_bytes: float, n: int, link: Link, per_step: bool = False) -> float:
+def collective_time(
+    collective: str, size_bytes: float, n: int, link: Link, per_step: bool = False
+) -> float:
     """Modelled seconds: link.latency_s + :func:`bytes_sent` / link.bandwidth (0 when n = 1).
 
     ``per_step=True`` reads ``link.latency_s`` as the latency of one ring step and charges
@@ -133,8 +144,13 @@ def collective_time(collective: str, size_bytes: float, n: int, link: Link, per_
     return latency + volume / link.bandwidth_bytes_per_s
 
 
-def fit_link(samples: Iterable[tuple[float, float]], name: str = "fitted",
-             collective: str | None = None, n: int | None = None, relative: bool = False) -> Link:
+def fit_link(
+    samples: Iterable[tuple[float, float]],
+    name: str = "fitted",
+    collective: str | None = None,
+    n: int | None = None,
+    relative: bool = False,
+) -> Link:
     """Least-squares fit of t = α + x/β to measured (size_bytes, seconds) points.
 
     x is the size itself, or, with ``collective`` and ``n``, the bytes sent per rank, so the fitted β is
@@ -153,16 +169,22 @@ def fit_link(samples: Iterable[tuple[float, float]], name: str = "fitted",
     k = sum(w)
     mx = sum(wi * x for wi, (x, _) in zip(w, points)) / k
     mt = sum(wi * t for wi, (_, t) in zip(w, points)) / k
-    slope = (sum(wi * (x - mx) * (t - mt) for wi, (x, t) in zip(w, points))
-             / sum(wi * (x - mx) ** 2 for wi, (x, _) in zip(w, points)))
+    slope = sum(wi * (x - mx) * (t - mt) for wi, (x, t) in zip(w, points)) / sum(
+        wi * (x - mx) ** 2 for wi, (x, _) in zip(w, points)
+    )
     if slope <= 0:
-        raise ValueError(f"time does not grow with size (slope {slope:.3g} s/B): measure larger messages")
+        raise ValueError(
+            f"time does not grow with size (slope {slope:.3g} s/B): measure larger messages"
+        )
     return Link(name, 1.0 / slope, max(0.0, mt - slope * mx))
 
 
 # --- per-step volumes: lists of (collective, message bytes S) and their totals
 
-def zero_step_volume(params: float, stage: int, n: int | None = None, bytes_per_element: int = 2) -> float:
+
+def zero_step_volume(
+    params: float, stage: int, n: int | None = None, bytes_per_element: int = 2
+) -> float:
     """Bytes one data-parallel rank sends per step (ZeRO §7): 2Ψ for DDP / ZeRO-1/2, 3Ψ for ZeRO-3.
 
     Without ``n`` the paper's large-N value (2Ψ or 3Ψ elements × bytes); with ``n`` the ring's (n-1)/n.
@@ -177,8 +199,14 @@ def zero_step_volume(params: float, stage: int, n: int | None = None, bytes_per_
     return (3 if stage == 3 else 2) * factor * params * bytes_per_element
 
 
-def tp_layer_ops(b: int, s: int, h: int, bytes_per_element: int = 2, sequence_parallel: bool = False,
-                 backward: bool = True) -> list[tuple[str, float]]:
+def tp_layer_ops(
+    b: int,
+    s: int,
+    h: int,
+    bytes_per_element: int = 2,
+    sequence_parallel: bool = False,
+    backward: bool = True,
+) -> list[tuple[str, float]]:
     """Megatron TP per layer: 2 all-reduces of b·s·h forward, 2 backward (Shoeybi et al. 2019).
 
     With sequence parallelism each all-reduce becomes an all-gather + a reduce-scatter of S = b·s·h
@@ -187,12 +215,17 @@ def tp_layer_ops(b: int, s: int, h: int, bytes_per_element: int = 2, sequence_pa
     for name, v in (("b", b), ("s", s), ("h", h)):
         _check_nonneg(name, v)
     size = float(b * s * h * bytes_per_element)
-    one = [("all_gather", size), ("reduce_scatter", size)] if sequence_parallel else [("all_reduce", size)]
+    one = (
+        [("all_gather", size), ("reduce_scatter", size)]
+        if sequence_parallel
+        else [("all_reduce", size)]
+    )
     return one * (4 if backward else 2)
 
 
-def ulysses_layer_ops(b: int, s: int, h: int, p: int, bytes_per_element: int = 2,
-                      backward: bool = True) -> list[tuple[str, float]]:
+def ulysses_layer_ops(
+    b: int, s: int, h: int, p: int, bytes_per_element: int = 2, backward: bool = True
+) -> list[tuple[str, float]]:
     """DeepSpeed-Ulysses per layer: all-to-all of Q, K, V and the output, each of b·(s/P)·h per rank.
 
     Forward sends 4·(P-1)/P·b·s·h/P elements per rank (≈ 4·b·s·h/P, the paper's figure); backward again.
@@ -213,9 +246,11 @@ def ops_time(ops: Iterable[tuple[str, float]], n: int, link: Link) -> float:
     return sum(collective_time(c, size, n, link) for c, size in ops)
 
 
-SEED_ADVICE = ("communication share above 0.5: more than half of each step moves data. The seed's remedies: "
-               "lower the tensor-parallel degree to keep more computation on each GPU, raise the batch so that "
-               "computation grows and hides communication, or overlap communication with computation.")
+SEED_ADVICE = (
+    "communication share above 0.5: more than half of each step moves data. The seed's remedies: "
+    "lower the tensor-parallel degree to keep more computation on each GPU, raise the batch so that "
+    "computation grows and hides communication, or overlap communication with computation."
+)
 
 
 def comm_share(t_comm: float, t_compute: float) -> tuple[float, str | None]:

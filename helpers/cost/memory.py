@@ -38,14 +38,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-from helpers.parallel.layouts import OWN_AXIS_SP_MODES, SHARED_SP_MODES, SP_MODES, Layout, ModelShape
+from helpers.parallel.layouts import (
+    OWN_AXIS_SP_MODES,
+    SHARED_SP_MODES,
+    SP_MODES,
+    Layout,
+    ModelShape,
+)
 
 GIB = 2**30
 GB = 1e9
 
 # bytes per parameter: (weights, gradients, optimizer K) — ZeRO paper §3 for mixed precision
 PRECISIONS: dict[str, tuple[int, int, int]] = {
-    "fp32": (4, 4, 8),   # fp32 weights, fp32 grads, Adam m and v in fp32
+    "fp32": (4, 4, 8),  # fp32 weights, fp32 grads, Adam m and v in fp32
     "bf16": (2, 2, 12),  # bf16 weights and grads; fp32 master weights, m, v
     "fp16": (2, 2, 12),  # as bf16 (plus a loss scale, negligible)
 }
@@ -55,7 +61,9 @@ def _check_positive(name: str, value, allow_zero: bool = False) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ValueError(f"{name} must be a number, got {value!r}")
     if value < 0 or (value == 0 and not allow_zero):
-        raise ValueError(f"{name} must be {'non-negative' if allow_zero else 'positive'}, got {value!r}")
+        raise ValueError(
+            f"{name} must be {'non-negative' if allow_zero else 'positive'}, got {value!r}"
+        )
 
 
 def _check_degree(name: str, value) -> None:
@@ -70,8 +78,14 @@ def bytes_per_param(precision: str) -> tuple[int, int, int]:
     return PRECISIONS[precision]
 
 
-def model_states(params: float, precision: str = "bf16", zero_stage: int = 0, dp: int = 1,
-                 tp: int = 1, pp: int = 1) -> tuple[float, float, float]:
+def model_states(
+    params: float,
+    precision: str = "bf16",
+    zero_stage: int = 0,
+    dp: int = 1,
+    tp: int = 1,
+    pp: int = 1,
+) -> tuple[float, float, float]:
     """Per-rank (weights, gradients, optimizer) bytes: ZeRO paper §3/Fig. 1 after a T·P split.
 
     >>> round(sum(model_states(7.5e9, "bf16", 1, dp=64)) / 1e9, 1)
@@ -90,9 +104,17 @@ def model_states(params: float, precision: str = "bf16", zero_stage: int = 0, dp
     return weights, grads, optim
 
 
-def layer_activations(seq_len: int, micro_batch: int, hidden: int, heads: int, tp: int = 1,
-                      sequence_parallel: bool = False, recompute: bool = False, flash: bool = False,
-                      sp: int = 1) -> float:
+def layer_activations(
+    seq_len: int,
+    micro_batch: int,
+    hidden: int,
+    heads: int,
+    tp: int = 1,
+    sequence_parallel: bool = False,
+    recompute: bool = False,
+    flash: bool = False,
+    sp: int = 1,
+) -> float:
     """Activation bytes of one transformer layer on one rank (Korthikanti et al. 2022, Table 2).
 
     ``sequence_parallel`` is Megatron SP (split_gather/ring: the sequence split over the tensor
@@ -101,7 +123,12 @@ def layer_activations(seq_len: int, micro_batch: int, hidden: int, heads: int, t
     >>> round(layer_activations(2048, 8, 4096, 32) / 1e9, 2)
     7.65
     """
-    for name, value in (("seq_len", seq_len), ("micro_batch", micro_batch), ("hidden", hidden), ("heads", heads)):
+    for name, value in (
+        ("seq_len", seq_len),
+        ("micro_batch", micro_batch),
+        ("hidden", hidden),
+        ("heads", heads),
+    ):
         _check_positive(name, value)
     _check_degree("tp", tp)
     _check_degree("sp", sp)
@@ -110,7 +137,9 @@ def layer_activations(seq_len: int, micro_batch: int, hidden: int, heads: int, t
     if recompute:  # only the layer input is kept (2 bytes per element)
         per_layer = 2 * sbh / (t if sequence_parallel else 1)
     else:
-        scores = 0.0 if flash else 5 * a * s / h  # the s×s attention scores, softmax and dropout mask
+        scores = (
+            0.0 if flash else 5 * a * s / h
+        )  # the s×s attention scores, softmax and dropout mask
         if sequence_parallel:
             per_layer = sbh / t * (34 + scores)
         else:
@@ -151,11 +180,26 @@ class MemoryBreakdown:
         return "\n".join(f"{name:<14}{value / div:>10.2f} {unit}" for name, value in rows)
 
 
-def estimate(params: float, layout: Layout | None = None, *, dp: int = 1, tp: int = 1, pp: int = 1,
-             sp: int = 1, sp_mode: str | None = None, precision: str = "bf16", zero_stage: int | None = None,
-             shape: ModelShape | None = None, micro_batch: int | None = None, seq_len: int | None = None,
-             microbatches: int | None = None, recompute: bool = False, flash: bool = False,
-             offload: bool = False, overhead_bytes: float = 0.0) -> MemoryBreakdown:
+def estimate(
+    params: float,
+    layout: Layout | None = None,
+    *,
+    dp: int = 1,
+    tp: int = 1,
+    pp: int = 1,
+    sp: int = 1,
+    sp_mode: str | None = None,
+    precision: str = "bf16",
+    zero_stage: int | None = None,
+    shape: ModelShape | None = None,
+    micro_batch: int | None = None,
+    seq_len: int | None = None,
+    microbatches: int | None = None,
+    recompute: bool = False,
+    flash: bool = False,
+    offload: bool = False,
+    overhead_bytes: float = 0.0,
+) -> MemoryBreakdown:
     """Per-rank training memory of a model with ``params`` parameters (first pipeline stage).
 
     Degrees come from ``layout`` (a :class:`helpers.parallel.layouts.Layout`, also giving ``zero_stage`` and
@@ -177,9 +221,13 @@ def estimate(params: float, layout: Layout | None = None, *, dp: int = 1, tp: in
     if sp_mode is not None and sp_mode not in SP_MODES:
         raise ValueError(f"unknown sequence parallelism mode {sp_mode!r}; valid: {list(SP_MODES)}")
     if sp > 1 and sp_mode not in OWN_AXIS_SP_MODES:
-        raise ValueError(f"sp={sp} needs a sequence mode with an own axis: {list(OWN_AXIS_SP_MODES)}")
+        raise ValueError(
+            f"sp={sp} needs a sequence mode with an own axis: {list(OWN_AXIS_SP_MODES)}"
+        )
     if sp_mode in SHARED_SP_MODES and tp < 2:
-        raise ValueError(f"{sp_mode} sequence parallelism splits over the tensor group: it needs tp > 1")
+        raise ValueError(
+            f"{sp_mode} sequence parallelism splits over the tensor group: it needs tp > 1"
+        )
     zero_group = dp * sp if sp_mode in OWN_AXIS_SP_MODES else dp  # Colossal-AI's mixed_dp_group
     weights, grads, optim = model_states(params, precision, zero_stage, zero_group, tp, pp)
     cpu = 0.0
@@ -190,21 +238,33 @@ def estimate(params: float, layout: Layout | None = None, *, dp: int = 1, tp: in
     if shape is not None:
         seq = shape.seq_len if seq_len is None else seq_len
         if seq is None or shape.hidden is None:
-            raise ValueError("activations need shape.hidden and a sequence length (seq_len or shape.seq_len)")
+            raise ValueError(
+                "activations need shape.hidden and a sequence length (seq_len or shape.seq_len)"
+            )
         _check_positive("micro_batch", micro_batch)
         _check_degree("layers", shape.layers)
         heads_split = tp * (sp if sp_mode == "all_to_all" else 1)
         if shape.heads % heads_split:
-            raise ValueError(f"{shape.heads} attention heads are not divisible by the {heads_split}-way head split "
-                             f"(tp={tp}{f', sp={sp}' if heads_split != tp else ''})")
+            raise ValueError(
+                f"{shape.heads} attention heads are not divisible by the {heads_split}-way head split "
+                f"(tp={tp}{f', sp={sp}' if heads_split != tp else ''})"
+            )
         if shape.layers % pp:
             raise ValueError(f"{shape.layers} layers do not split evenly into pp={pp} stages")
         if microbatches is not None:
             _check_degree("microbatches", microbatches)
         in_flight = pp if microbatches is None else min(microbatches, pp)
-        per_layer = layer_activations(seq, micro_batch, shape.hidden, shape.heads, tp,
-                                      sequence_parallel=sp_mode in SHARED_SP_MODES, recompute=recompute,
-                                      flash=flash, sp=sp if sp_mode in OWN_AXIS_SP_MODES else 1)
+        per_layer = layer_activations(
+            seq,
+            micro_batch,
+            shape.hidden,
+            shape.heads,
+            tp,
+            sequence_parallel=sp_mode in SHARED_SP_MODES,
+            recompute=recompute,
+            flash=flash,
+            sp=sp if sp_mode in OWN_AXIS_SP_MODES else 1,
+        )
         acts = per_layer * (shape.layers // pp) * in_flight
     elif seq_len is not None:
         _check_positive("seq_len", seq_len)
@@ -222,9 +282,16 @@ def seed_estimate_memory(param_billions, tp, pp):
     return per_gpu_bytes / 1e9
 
 
-def seed_omissions(param_billions: float, tp: int, pp: int, dp: int = 1, zero_stage: int = 0,
-                   shape: ModelShape | None = None, micro_batch: int = 1,
-                   overhead_bytes: float = 0.0) -> str:
+def seed_omissions(
+    param_billions: float,
+    tp: int,
+    pp: int,
+    dp: int = 1,
+    zero_stage: int = 0,
+    shape: ModelShape | None = None,
+    micro_batch: int = 1,
+    overhead_bytes: float = 0.0,
+) -> str:
     """Text comparing the seed's number with :func:`estimate`, naming what the seed leaves out.
 
     The seed divides all 16 B/param by T·P and stops: it ignores (1) data-parallel sharding — with
@@ -234,8 +301,16 @@ def seed_omissions(param_billions: float, tp: int, pp: int, dp: int = 1, zero_st
     the end stages) and the 1F1B in-flight micro-batches on the first stage.
     """
     seed = seed_estimate_memory(param_billions, tp, pp)
-    est = estimate(param_billions * 1e9, dp=dp, tp=tp, pp=pp, zero_stage=zero_stage, shape=shape,
-                   micro_batch=micro_batch, overhead_bytes=overhead_bytes)
+    est = estimate(
+        param_billions * 1e9,
+        dp=dp,
+        tp=tp,
+        pp=pp,
+        zero_stage=zero_stage,
+        shape=shape,
+        micro_batch=micro_batch,
+        overhead_bytes=overhead_bytes,
+    )
     states = est.weights + est.gradients + est.optimizer
     lines = [
         f"seed estimate_memory({param_billions}, tp={tp}, pp={pp}) = {seed:.1f} GB: 16 B/param / (T·P), nothing else",

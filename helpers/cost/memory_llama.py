@@ -63,8 +63,15 @@ def rank_params(layout: TrainLayout, stage: int = 0) -> float:
     return total
 
 
-def layer_activation_parts(shape: LlamaShape, tokens: int, seq: int, e: int, tp: int = 1,
-                           attn: str = "sdpa", cuda: bool = False) -> dict:
+def layer_activation_parts(
+    shape: LlamaShape,
+    tokens: int,
+    seq: int,
+    e: int,
+    tp: int = 1,
+    attn: str = "sdpa",
+    cuda: bool = False,
+) -> dict:
     """Bytes autograd saves for one HF Llama decoder layer, per rank, by part (module docstring).
 
     ``cuda``: on a GPU, fp32 ``sdpa`` runs the memory-efficient kernel, whose output is laid out
@@ -74,20 +81,30 @@ def layer_activation_parts(shape: LlamaShape, tokens: int, seq: int, e: int, tp:
     n, h, f, a = tokens, shape.hidden, shape.ffn, shape.heads
     if attn == "sdpa":
         shared = cuda and e == 4
-        core = (0 if shared else e * n * h) + 4 * n * a  # output and log-sum-exp of the fused kernel
+        core = (
+            0 if shared else e * n * h
+        ) + 4 * n * a  # output and log-sum-exp of the fused kernel
     else:
         copy = e if e != 4 else 0  # softmax(dtype=fp32).to(e-byte dtype): no copy in fp32
         core = (4 + copy) * (tokens // seq) * a * seq * seq  # the fp32 softmax and its e-byte copy
     return {
         "2 RMSNorms": 2 * ((4 + 2 * e) * n * h + 4 * n),  # fp32 input, 1/rms, normalised, weighted
-        "q, k, v, o_proj input": (3 * e * n * h + e * n * h) / tp,  # repeat_kv expands GQA k, v first
+        "q, k, v, o_proj input": (3 * e * n * h + e * n * h)
+        / tp,  # repeat_kv expands GQA k, v first
         "attention core": core / tp,
         "SwiGLU MLP": 4 * e * n * f / tp,  # gate, silu(gate), up, their product
     }
 
 
-def layer_activation_bytes(shape: LlamaShape, tokens: int, seq: int, e: int, tp: int = 1,
-                           attn: str = "sdpa", cuda: bool = False) -> float:
+def layer_activation_bytes(
+    shape: LlamaShape,
+    tokens: int,
+    seq: int,
+    e: int,
+    tp: int = 1,
+    attn: str = "sdpa",
+    cuda: bool = False,
+) -> float:
     """Bytes autograd saves for one HF Llama decoder layer, per rank: the sum of its parts."""
     return sum(layer_activation_parts(shape, tokens, seq, e, tp, attn, cuda).values())
 
@@ -115,7 +132,17 @@ def loss_bytes(layout: TrainLayout, tokens: int, e: int) -> dict:
 def parameter_sizes(shape: LlamaShape) -> list[int]:
     """Element counts of the Llama's parameters in ``model.parameters()`` order."""
     h, f, kv = shape.hidden, shape.ffn, shape.hidden * shape.kv_heads // shape.heads
-    layer = [h * h, kv * h, kv * h, h * h, f * h, f * h, h * f, h, h]  # q k v o, gate up down, 2 norms
+    layer = [
+        h * h,
+        kv * h,
+        kv * h,
+        h * h,
+        f * h,
+        f * h,
+        h * f,
+        h,
+        h,
+    ]  # q k v o, gate up down, 2 norms
     return [shape.vocab * h] + layer * shape.layers + [h, shape.vocab * h]
 
 
@@ -127,8 +154,13 @@ def gemini_chunks(shape: LlamaShape, dp: int) -> tuple[int, int]:
     ``ChunkManager``'s packing in parameter order (a parameter that does not fit opens a new chunk)."""
     sizes = np.array(parameter_sizes(shape))
     searched = sizes[sizes <= sizes.mean() + 3 * sizes.std()]
-    start = int(np.ceil(max(GEMINI_MIN_CHUNK, searched.max()) / GEMINI_SEARCH_INTERVAL) * GEMINI_SEARCH_INTERVAL)
-    candidates = np.arange(start, start + GEMINI_MIN_CHUNK + 1, GEMINI_SEARCH_INTERVAL, dtype=np.int64)
+    start = int(
+        np.ceil(max(GEMINI_MIN_CHUNK, searched.max()) / GEMINI_SEARCH_INTERVAL)
+        * GEMINI_SEARCH_INTERVAL
+    )
+    candidates = np.arange(
+        start, start + GEMINI_MIN_CHUNK + 1, GEMINI_SEARCH_INTERVAL, dtype=np.int64
+    )
     acc, left = np.zeros_like(candidates), np.zeros_like(candidates)
     for size in searched:  # search_utils._get_unused_byte, for every candidate at once
         new = size > left
@@ -150,10 +182,18 @@ def model_states(layout: TrainLayout, stage: int = 0) -> dict:
     (the gradients still held plus the copies the step makes)."""
     psi, n, w = rank_params(layout, stage), layout.dp, BYTES[layout.precision]
     plugin, mixed = layout.plugin, layout.precision != "fp32"
-    out = {"weights": w * psi, "master": 0.0, "optimizer": 8 * psi, "buckets": 0.0, "grads": w * psi,
-           "workspace": CUBLAS_WORKSPACES}
+    out = {
+        "weights": w * psi,
+        "master": 0.0,
+        "optimizer": 8 * psi,
+        "buckets": 0.0,
+        "grads": w * psi,
+        "workspace": CUBLAS_WORKSPACES,
+    }
     out["step"] = out["grads"]
-    if plugin == "ddp":  # torch DDP, gradient_as_bucket_view=False: buckets are a second gradient copy,
+    if (
+        plugin == "ddp"
+    ):  # torch DDP, gradient_as_bucket_view=False: buckets are a second gradient copy,
         # at world size 1 too (its Reducer is built whatever the world size: one H200 measured the
         # copy, results/1xNVIDIA-H200/ch07_memory.json, "DDP fp32")
         out["buckets"] = w * psi
@@ -172,25 +212,37 @@ def model_states(layout: TrainLayout, stage: int = 0) -> dict:
         out["optimizer"] = 8 * psi * shard
         if layout.zero_stage == 2:  # reduce-scattered: only the own shard is kept
             out["grads"] = w * psi * shard
-        copies = 4 * psi * shard if mixed else 0.0  # grad.to(fp32) of the own shard, held through step
+        copies = (
+            4 * psi * shard if mixed else 0.0
+        )  # grad.to(fp32) of the own shard, held through step
         # _compute_grad_norm runs even without clipping: grad.double() of each shard, one at a time
         norm = 8 * max(parameter_sizes(layout.shape)) / layout.tp * shard
         out["step"] = out["grads"] + copies + norm
         if layout.offload:  # masters and Adam on the CPU; the fp32 copies go there one by one
             out["master"] = out["optimizer"] = 0.0
             out["step"] = out["grads"] + norm
-    elif plugin == "gemini":  # chunks: bf16 and fp32 chunk shards, Adam on the shards' real elements
+    elif (
+        plugin == "gemini"
+    ):  # chunks: bf16 and fp32 chunk shards, Adam on the shards' real elements
         chunk, count = gemini_chunks(layout.shape, n)
         padded = chunk * count  # no chunk is trimmed when it is closed
         # at the peak the lm_head's chunk is still gathered: the loss touches no parameter, so no
         # pre-op hook has released it (static placement releases chunks only at the next op)
         out["weights"] = w * padded / n + w * chunk * (1 - 1 / n)
-        if layout.placement == "auto":  # AutoPlacementPolicy.evict_tensors releases a chunk only when
-            out["weights"] = w * padded  # CUDA memory runs short: on an H200 every chunk stays gathered
-        out["grads"] = out["step"] = 0.0  # gradients are copied into the bf16 chunk (reuse_fp16_chunk)
+        if (
+            layout.placement == "auto"
+        ):  # AutoPlacementPolicy.evict_tensors releases a chunk only when
+            out["weights"] = (
+                w * padded
+            )  # CUDA memory runs short: on an H200 every chunk stays gathered
+        out["grads"] = out["step"] = (
+            0.0  # gradients are copied into the bf16 chunk (reuse_fp16_chunk)
+        )
         out["master"] = 4 * padded / n
         out["optimizer"] = 8 * psi / n
-        if layout.offload or layout.placement == "auto":  # auto with gpu_margin_mem_ratio=0: states on CPU
+        if (
+            layout.offload or layout.placement == "auto"
+        ):  # auto with gpu_margin_mem_ratio=0: states on CPU
             out["master"] = out["optimizer"] = 0.0
     return out
 
@@ -201,10 +253,18 @@ def predict(layout: TrainLayout, rank: int = 0) -> dict:
     stage = (rank // layout.tp) % layout.pp  # mesh order (dp, pp, tp): tp fastest
     tokens = layout.micro_batch * layout.seq
     states = model_states(layout, stage)
-    persistent = states["weights"] + states["master"] + states["optimizer"] + states["buckets"] + states["workspace"]
+    persistent = (
+        states["weights"]
+        + states["master"]
+        + states["optimizer"]
+        + states["buckets"]
+        + states["workspace"]
+    )
     layers = shape.layers // layout.pp
     in_flight = min(layout.microbatches, layout.pp) - stage if layout.pp > 1 else 1
-    per_layer = layer_activation_bytes(shape, tokens, layout.seq, e, layout.tp, layout.attn, cuda=True)
+    per_layer = layer_activation_bytes(
+        shape, tokens, layout.seq, e, layout.tp, layout.attn, cuda=True
+    )
     kept_per_layer = e * tokens * shape.hidden if layout.recompute else per_layer
     activations = in_flight * layers * kept_per_layer
     if layout.pp > 1:
@@ -214,7 +274,11 @@ def predict(layout: TrainLayout, rank: int = 0) -> dict:
     head = head_activation_bytes(shape, tokens, e) if last else 0.0
     # with recomputation the first layer is recomputed before the embedding's gradient exists
     embedding_grad = shape.vocab * shape.hidden / layout.tp * e if stage == 0 else 0.0
-    end = max(states["grads"], states["grads"] - embedding_grad + per_layer) if layout.recompute else states["grads"]
+    end = (
+        max(states["grads"], states["grads"] - embedding_grad + per_layer)
+        if layout.recompute
+        else states["grads"]
+    )
     # 1F1B: from the first micro-batch's backward on, all gradients exist (they accumulate) while
     # later micro-batches' activations are held
     held = states["grads"] if layout.pp > 1 and layout.microbatches > 1 else 0.0
@@ -225,19 +289,36 @@ def predict(layout: TrainLayout, rank: int = 0) -> dict:
         "step": persistent + states["step"],
     }
     peak_phase = max(phases, key=phases.get)
-    breakdown = {"weights": states["weights"], "fp32 master": states["master"], "Adam m, v": states["optimizer"],
-                 "grads, buckets": states["buckets"], "activations": 0.0, "logits, loss": 0.0,
-                 "cuBLAS workspaces": states["workspace"]}
+    breakdown = {
+        "weights": states["weights"],
+        "fp32 master": states["master"],
+        "Adam m, v": states["optimizer"],
+        "grads, buckets": states["buckets"],
+        "activations": 0.0,
+        "logits, loss": 0.0,
+        "cuBLAS workspaces": states["workspace"],
+    }
     if peak_phase in ("forward", "backward_start"):
         breakdown["grads, buckets"] += held
         breakdown["activations"] = activations + head
         breakdown["logits, loss"] = loss["forward" if peak_phase == "forward" else "backward"]
     else:
         breakdown["grads, buckets"] += phases[peak_phase] - persistent
-    return {"rank": rank, "stage": stage, "params": rank_params(layout, stage), "states": states,
-            "persistent": persistent, "activations": activations, "per_layer": per_layer, "head": head,
-            "loss": loss, "phases": phases, "peak_phase": peak_phase, "peak": phases[peak_phase],
-            "breakdown": breakdown}
+    return {
+        "rank": rank,
+        "stage": stage,
+        "params": rank_params(layout, stage),
+        "states": states,
+        "persistent": persistent,
+        "activations": activations,
+        "per_layer": per_layer,
+        "head": head,
+        "loss": loss,
+        "phases": phases,
+        "peak_phase": peak_phase,
+        "peak": phases[peak_phase],
+        "breakdown": breakdown,
+    }
 
 
 def count_saved_bytes(model, batch: dict) -> dict:

@@ -23,8 +23,9 @@ def _positive(name: str, value) -> None:
         raise ValueError(f"{name} must be a positive number, got {value!r}")
 
 
-def flops_per_token(params: float, layers: int = 0, hidden: int = 0, seq_len: int = 0,
-                    recompute: bool = False) -> float:
+def flops_per_token(
+    params: float, layers: int = 0, hidden: int = 0, seq_len: int = 0, recompute: bool = False
+) -> float:
     """Training FLOPs per token: 6Ψ + 12·L·h·s, × 4/3 when ``recompute`` (hardware FLOPs).
 
     >>> flops_per_token(7e9) / 1e9
@@ -38,7 +39,9 @@ def flops_per_token(params: float, layers: int = 0, hidden: int = 0, seq_len: in
     return model * (4 / 3 if recompute else 1)
 
 
-def mfu(tokens_per_s: float, flops_token: float, gpus: int, peak_flops: float = H200_BF16_PEAK) -> float:
+def mfu(
+    tokens_per_s: float, flops_token: float, gpus: int, peak_flops: float = H200_BF16_PEAK
+) -> float:
     """Utilisation = tokens/s × FLOPs per token / (GPUs × peak), a fraction in [0, 1] when sane.
 
     >>> round(mfu(1000, 42e9, 8, 989.5e12), 4)

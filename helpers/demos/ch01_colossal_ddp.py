@@ -35,7 +35,9 @@ def train_booster(model, dataset, local_batch, lr, device):
 
     plugin = TorchDDPPlugin()
     booster = Booster(plugin=plugin)
-    loader = plugin.prepare_dataloader(dataset, batch_size=local_batch, shuffle=False, drop_last=True)
+    loader = plugin.prepare_dataloader(
+        dataset, batch_size=local_batch, shuffle=False, drop_last=True
+    )
     opt = torch.optim.AdamW(model.parameters(), lr=lr)
     model, opt, _, loader, _ = booster.boost(model, opt, dataloader=loader)
     losses = []
@@ -63,7 +65,9 @@ def main() -> None:
             raise ValueError(f"--batch {args.batch} does not split over {env.world_size} ranks")
         config = llama_config(layers=2, hidden=64, heads=4, vocab=128)
         model = build_llama(config).to(env.device)
-        batches = [token_batch(k, args.batch, args.seq, config.vocab_size) for k in range(args.steps)]
+        batches = [
+            token_batch(k, args.batch, args.seq, config.vocab_size) for k in range(args.steps)
+        ]
         on_device = [{k: v.to(env.device) for k, v in b.items()} for b in batches]
         reference = train_reference(copy.deepcopy(model), on_device, args.lr)
         ids = torch.cat([b["input_ids"] for b in batches])  # (steps·batch, seq)
@@ -71,12 +75,19 @@ def main() -> None:
         parallel = train_booster(model, dataset, args.batch // env.world_size, args.lr, env.device)
         worst = max(abs(a - b) for a, b in zip(parallel, reference))
         if env.rank == 0:
-            say(f"TorchDDPPlugin on {env.world_size} ranks ({env.backend}), global batch {args.batch}")
+            say(
+                f"TorchDDPPlugin on {env.world_size} ranks ({env.backend}), global batch {args.batch}"
+            )
             for k, (a, b) in enumerate(zip(parallel, reference)):
                 say(f"step {k}: loss {a:.4f}  single-process reference {b:.4f}")
         assert worst < 1e-4, f"DDP loss differs from the reference by {worst:.2e}"
-        emit(losses=[round(x, 4) for x in parallel], reference=[round(x, 4) for x in reference],
-             max_diff=worst, world_size=env.world_size, backend=env.backend)
+        emit(
+            losses=[round(x, 4) for x in parallel],
+            reference=[round(x, 4) for x in reference],
+            max_diff=worst,
+            world_size=env.world_size,
+            backend=env.backend,
+        )
 
 
 if __name__ == "__main__":

@@ -25,12 +25,16 @@ from helpers.run.env import distributed, emit, say
 
 def make_model(hidden: int, seed: int, device: torch.device) -> nn.Module:
     torch.manual_seed(seed)  # the same seed on every rank: identical replicas
-    return nn.Sequential(nn.Linear(hidden, 4 * hidden), nn.Tanh(), nn.Linear(4 * hidden, 1)).to(device)
+    return nn.Sequential(nn.Linear(hidden, 4 * hidden), nn.Tanh(), nn.Linear(4 * hidden, 1)).to(
+        device
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--batch", type=int, default=8, help="global batch size B (divisible by world size)")
+    parser.add_argument(
+        "--batch", type=int, default=8, help="global batch size B (divisible by world size)"
+    )
     parser.add_argument("--hidden", type=int, default=8, help="input features h")
     parser.add_argument("--lr", type=float, default=0.1, help="SGD learning rate")
     parser.add_argument("--seed", type=int, default=0)
@@ -40,7 +44,9 @@ def main() -> None:
     with distributed() as env:
         P, B = env.world_size, args.batch
         if B % P:
-            raise ValueError(f"global batch B={B} must be divisible by the data-parallel size P={P}")
+            raise ValueError(
+                f"global batch B={B} must be divisible by the data-parallel size P={P}"
+            )
         b = B // P
         x = randn(B, args.hidden, seed=args.seed + 1, device=env.device)  # (B, h): the global batch
         y = randn(B, 1, seed=args.seed + 2, device=env.device)  # (B, 1)
@@ -72,22 +78,42 @@ def main() -> None:
 
         names = [n for n, _ in ref.named_parameters()]
         check_close("loss (mean of rank losses)", loss, ref_loss)
-        grad_diff = max(check_close(f"averaged grad of {n}", g, r.grad) for n, g, r in zip(names, grads, ref.parameters()))
-        param_diff = max(check_close(f"{n} after one SGD step", p, r) for n, p, r in zip(names, model.parameters(), ref.parameters()))
-        grad_diff, param_diff = global_max(grad_diff, env.device), global_max(param_diff, env.device)
+        grad_diff = max(
+            check_close(f"averaged grad of {n}", g, r.grad)
+            for n, g, r in zip(names, grads, ref.parameters())
+        )
+        param_diff = max(
+            check_close(f"{n} after one SGD step", p, r)
+            for n, p, r in zip(names, model.parameters(), ref.parameters())
+        )
+        grad_diff, param_diff = (
+            global_max(grad_diff, env.device),
+            global_max(param_diff, env.device),
+        )
 
         if env.rank == 0:
-            say(f"data parallel on {P} ranks ({env.backend}): global batch {B} -> {b} samples per rank")
+            say(
+                f"data parallel on {P} ranks ({env.backend}): global batch {B} -> {b} samples per rank"
+            )
             for r in range(P):
                 say(f"  rank {r}: samples {r * b}..{(r + 1) * b - 1}")
             say(f"full-batch loss {sig(loss.item())} = mean of the {P} per-rank losses")
             say(f"max |all-reduced grad / P - full-batch grad| = {grad_diff:.2e}")
-            say(f"max |param - reference param| after one SGD step (lr {args.lr}) = {param_diff:.2e}")
+            say(
+                f"max |param - reference param| after one SGD step (lr {args.lr}) = {param_diff:.2e}"
+            )
             say("OK: data parallel matches the single-process reference")
         emit(
-            world_size=P, global_batch=B, local_batch=b, samples=[mine.start, mine.stop],
-            loss_local=sig(loss_local.item()), loss=sig(loss.item()), ref_loss=sig(ref_loss.item()),
-            max_grad_diff=grad_diff, max_param_diff=param_diff, backend=env.backend,
+            world_size=P,
+            global_batch=B,
+            local_batch=b,
+            samples=[mine.start, mine.stop],
+            loss_local=sig(loss_local.item()),
+            loss=sig(loss.item()),
+            ref_loss=sig(ref_loss.item()),
+            max_grad_diff=grad_diff,
+            max_param_diff=param_diff,
+            backend=env.backend,
         )
 
 

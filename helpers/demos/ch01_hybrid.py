@@ -59,10 +59,15 @@ def make_plugin(args):
 
     sp = args.sp_mode is not None
     return HybridParallelPlugin(
-        tp_size=args.tp, pp_size=args.pp, sp_size=args.sp if args.sp_mode == "all_to_all" else None,
-        enable_sequence_parallelism=sp, sequence_parallelism_mode=args.sp_mode,
+        tp_size=args.tp,
+        pp_size=args.pp,
+        sp_size=args.sp if args.sp_mode == "all_to_all" else None,
+        enable_sequence_parallelism=sp,
+        sequence_parallelism_mode=args.sp_mode,
         num_microbatches=args.microbatches if args.pp > 1 else None,
-        precision=args.precision, zero_stage=args.zero, max_norm=0.0,
+        precision=args.precision,
+        zero_stage=args.zero,
+        max_norm=0.0,
     )
 
 
@@ -71,7 +76,9 @@ def plugin_step(booster, model, opt, batch, pipelined: bool, last_stage: bool, d
     (loss, model output), the loss where it lives (the last stage under pp, else 0) and no output
     under pp. Also used by Chapter 9's benchmark (helpers/demos/ch09_hybrid.py)."""
     if pipelined:
-        out = booster.execute_pipeline(iter([batch]), model, lambda o, _: o.loss, opt, return_loss=True)
+        out = booster.execute_pipeline(
+            iter([batch]), model, lambda o, _: o.loss, opt, return_loss=True
+        )
         return (out["loss"] if last_stage else torch.zeros((), device=device)), None
     out = model(**batch)
     booster.backward(out.loss, opt)
@@ -106,7 +113,9 @@ def train_plugin(model, batches, args, device):
         dist.all_reduce(values, group=mesh.get_group_along_axis(plugin.dp_axis))
         values /= dp_size
     memory = torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else 0.0
-    info = dict(dp=dp_size, tp=plugin.tp_size, pp=plugin.pp_size, sp=plugin.sp_size, last_stage=last_stage)
+    info = dict(
+        dp=dp_size, tp=plugin.tp_size, pp=plugin.pp_size, sp=plugin.sp_size, last_stage=last_stage
+    )
     del model, opt, booster
     return values.tolist(), seconds, memory, info, plugin
 
@@ -124,45 +133,78 @@ def main() -> None:
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--seq", type=int, default=256)
     p.add_argument("--lr", type=float, default=1e-3)
-    p.add_argument("--attn", choices=["eager", "sdpa"], default="eager",
-                   help="transformers attention; 'sdpa' reproduces the lost causal mask under SP")
-    p.add_argument("--expect_drift", action="store_true",
-                   help="assert the loss does NOT match the reference (a documented trap)")
+    p.add_argument(
+        "--attn",
+        choices=["eager", "sdpa"],
+        default="eager",
+        help="transformers attention; 'sdpa' reproduces the lost causal mask under SP",
+    )
+    p.add_argument(
+        "--expect_drift",
+        action="store_true",
+        help="assert the loss does NOT match the reference (a documented trap)",
+    )
     args = p.parse_args()
     with distributed() as env:
         if not env.is_gpu:
-            raise SystemExit("HybridParallelPlugin needs one CUDA GPU per rank in Colossal-AI 0.5.0 "
-                             "(on CPU: CpuAccelerator.get_rng_state is missing, upstream issue #5211)")
+            raise SystemExit(
+                "HybridParallelPlugin needs one CUDA GPU per rank in Colossal-AI 0.5.0 "
+                "(on CPU: CpuAccelerator.get_rng_state is missing, upstream issue #5211)"
+            )
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
         config = llama_config(layers=4, hidden=256, heads=8, vocab=128, attn=args.attn)
         model = build_llama(config).to(env.device)
-        batches = [token_batch(k, args.batch, args.seq, config.vocab_size) for k in range(args.steps)]
+        batches = [
+            token_batch(k, args.batch, args.seq, config.vocab_size) for k in range(args.steps)
+        ]
         on_device = [{k: v.to(env.device) for k, v in b.items()} for b in batches]
-        reference = train_reference_mixed(copy.deepcopy(model), on_device, args.lr, DTYPES[args.precision])
+        reference = train_reference_mixed(
+            copy.deepcopy(model), on_device, args.lr, DTYPES[args.precision]
+        )
         torch.cuda.reset_peak_memory_stats(env.device)
         losses, seconds, memory, info, plugin = train_plugin(model, batches, args, env.device)
         tokens = args.batch * args.seq
-        result = dict(layout=info, precision=args.precision, sp_mode=args.sp_mode, zero=args.zero, attn=args.attn,
-                      steps=args.steps, batch=args.batch, seq=args.seq, gpu=torch.cuda.get_device_name(env.device),
-                      tokens_per_s=round(tokens / seconds), peak_mib=round(memory, 1))
+        result = dict(
+            layout=info,
+            precision=args.precision,
+            sp_mode=args.sp_mode,
+            zero=args.zero,
+            attn=args.attn,
+            steps=args.steps,
+            batch=args.batch,
+            seq=args.seq,
+            gpu=torch.cuda.get_device_name(env.device),
+            tokens_per_s=round(tokens / seconds),
+            peak_mib=round(memory, 1),
+        )
         if info["last_stage"]:
             # fp32: every step must agree. 16-bit: rounding shifts the moment the loss plunges
             # (the bf16 and fp32 references themselves differ by ~0.05 there), so the check
             # covers the first BF16_WINDOW steps and the rest is shown, not asserted.
             window = args.steps if args.precision == "fp32" else min(BF16_WINDOW, args.steps)
             worst = max(abs(a - b) for a, b in zip(losses[:window], reference[:window]))
-            result.update(losses=[round(x, 4) for x in losses], reference=[round(x, 4) for x in reference],
-                          max_diff=worst, checked_steps=window,
-                          max_diff_all=max(abs(a - b) for a, b in zip(losses, reference)))
+            result.update(
+                losses=[round(x, 4) for x in losses],
+                reference=[round(x, 4) for x in reference],
+                max_diff=worst,
+                checked_steps=window,
+                max_diff_all=max(abs(a - b) for a, b in zip(losses, reference)),
+            )
             tol = 2e-3 if args.precision == "fp32" else 3e-2
             verdict = "drifts, as expected for this trap" if args.expect_drift else "matches"
-            say(f"{info}: final loss {losses[-1]:.4f} vs reference {reference[-1]:.4f} "
-                f"(max diff {worst:.1e}, tol {tol:g}): {verdict}")
+            say(
+                f"{info}: final loss {losses[-1]:.4f} vs reference {reference[-1]:.4f} "
+                f"(max diff {worst:.1e}, tol {tol:g}): {verdict}"
+            )
             if args.expect_drift:
-                assert worst > 10 * tol, f"expected a drift from the reference, got only {worst:.2e}"
+                assert worst > 10 * tol, (
+                    f"expected a drift from the reference, got only {worst:.2e}"
+                )
             else:
-                assert worst < tol, f"parallel loss drifts from the single-GPU reference by {worst:.2e}"
+                assert worst < tol, (
+                    f"parallel loss drifts from the single-GPU reference by {worst:.2e}"
+                )
             result.update(expect_drift=args.expect_drift)
         emit(**result)
         del plugin  # the plugin's __del__ destroys its process groups: keep it alive until here

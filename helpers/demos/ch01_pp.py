@@ -32,7 +32,9 @@ from helpers.parallel.pp import bubble_fraction, gpipe_order, split_layers
 
 def make_layers(num_layers: int, hidden: int, seed: int, device: torch.device) -> nn.ModuleList:
     torch.manual_seed(seed)  # the same seed on every rank: stage r's layers equal the reference's
-    return nn.ModuleList(nn.Sequential(nn.Linear(hidden, hidden), nn.Tanh()) for _ in range(num_layers)).to(device)
+    return nn.ModuleList(
+        nn.Sequential(nn.Linear(hidden, hidden), nn.Tanh()) for _ in range(num_layers)
+    ).to(device)
 
 
 def run(layers, x):
@@ -43,7 +45,9 @@ def run(layers, x):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--layers", type=int, default=4, help="number of blocks L (divisible by world size)")
+    parser.add_argument(
+        "--layers", type=int, default=4, help="number of blocks L (divisible by world size)"
+    )
     parser.add_argument("--micro", type=int, default=4, help="number of micro-batches m")
     parser.add_argument("--micro-batch", type=int, default=2, help="samples per micro-batch")
     parser.add_argument("--hidden", type=int, default=8, help="hidden size h")
@@ -74,7 +78,9 @@ def main() -> None:
                 inp.requires_grad_()
             out = run(mine, inp)  # (mb, h)
             if last:
-                losses.append(F.mse_loss(out, ys[i]) / m)  # mean over micro-batches = full-batch loss
+                losses.append(
+                    F.mse_loss(out, ys[i]) / m
+                )  # mean over micro-batches = full-batch loss
             else:
                 dist.send(out.detach().contiguous(), dst=r + 1)
             inputs.append(inp)
@@ -89,7 +95,9 @@ def main() -> None:
                 dist.recv(grad, src=r + 1)  # (mb, h) dL/d(output) from the next stage
                 outputs[i].backward(grad)
             if not first:
-                dist.send(inputs[i].grad.contiguous(), dst=r - 1)  # (mb, h) dL/d(input) to the previous stage
+                dist.send(
+                    inputs[i].grad.contiguous(), dst=r - 1
+                )  # (mb, h) dL/d(input) to the previous stage
             done.append(f"B{i}")
         assert done == gpipe_order(m), f"stage {r} ran {done}, not GPipe's order {gpipe_order(m)}"
 
@@ -110,7 +118,9 @@ def main() -> None:
         bubble = bubble_fraction(p, m)
 
         if r == 0:
-            say(f"pipeline of L={L} blocks on p={p} stages ({env.backend}): layers_per_stage = L/p = {L // p}")
+            say(
+                f"pipeline of L={L} blocks on p={p} stages ({env.backend}): layers_per_stage = L/p = {L // p}"
+            )
             for s, idx in enumerate(stages):
                 say(f"  stage {s} (rank {s}): layers {idx}")
             say(f"m={m} micro-batches of {mb} samples; every stage runs {' '.join(gpipe_order(m))}")
@@ -119,9 +129,18 @@ def main() -> None:
             say(f"max |grad - reference grad| over all stages = {grad_diff:.2e}")
             say("OK: the pipeline matches the unsplit model")
         emit(
-            world_size=p, num_layers=L, layers_per_stage=L // p, layers=stages[r], stage_layers=stages,
-            micro_batches=m, micro_batch_size=mb, schedule=done, loss=sig(loss.item()),
-            ref_loss=sig(ref_loss.item()), max_grad_diff=grad_diff, bubble_fraction=round(bubble, 6),
+            world_size=p,
+            num_layers=L,
+            layers_per_stage=L // p,
+            layers=stages[r],
+            stage_layers=stages,
+            micro_batches=m,
+            micro_batch_size=mb,
+            schedule=done,
+            loss=sig(loss.item()),
+            ref_loss=sig(ref_loss.item()),
+            max_grad_diff=grad_diff,
+            bubble_fraction=round(bubble, 6),
             backend=env.backend,
         )
 

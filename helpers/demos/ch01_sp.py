@@ -24,7 +24,6 @@ gradients are summed over all D·P ranks (the loss is normalised globally, so th
 
 import argparse
 
-import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
@@ -37,10 +36,16 @@ from helpers.parallel.sp import causal_attention, heads_to_seq, seq_to_heads
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, default=2, help="batch size b")
-    parser.add_argument("--seq", type=int, default=8, help="sequence length s (divisible by world size)")
-    parser.add_argument("--heads", type=int, default=4, help="attention heads a (divisible by world size)")
+    parser.add_argument(
+        "--seq", type=int, default=8, help="sequence length s (divisible by world size)"
+    )
+    parser.add_argument(
+        "--heads", type=int, default=4, help="attention heads a (divisible by world size)"
+    )
     parser.add_argument("--head-dim", type=int, default=4, help="head size d (h = a*d)")
-    parser.add_argument("--dp", type=int, default=1, help="data-parallel replicas D (world = D x P)")
+    parser.add_argument(
+        "--dp", type=int, default=1, help="data-parallel replicas D (world = D x P)"
+    )
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     strict_fp32()
@@ -56,14 +61,22 @@ def main() -> None:
             sp_group = group if env.rank in ranks else sp_group
         if b % D:
             raise ValueError(f"batch b={b} must be divisible by the data-parallel size D={D}")
-        rows = slice(mesh.coords(env.rank)["dp"] * b // D, (mesh.coords(env.rank)["dp"] + 1) * b // D)
+        rows = slice(
+            mesh.coords(env.rank)["dp"] * b // D, (mesh.coords(env.rank)["dp"] + 1) * b // D
+        )
         if s % P:
-            raise ValueError(f"sequence length s={s} must be divisible by the sequence-parallel size P={P}")
+            raise ValueError(
+                f"sequence length s={s} must be divisible by the sequence-parallel size P={P}"
+            )
         if a % P:
-            raise ValueError(f"number of heads a={a} must be divisible by the sequence-parallel size P={P} (Ulysses splits heads)")
+            raise ValueError(
+                f"number of heads a={a} must be divisible by the sequence-parallel size P={P} (Ulysses splits heads)"
+            )
         x = randn(b, s, h, seed=args.seed + 1, device=dev)  # (b, s, h)
         target = randn(b, s, h, seed=args.seed + 2, device=dev)  # (b, s, h)
-        weights = [randn(h, h, seed=args.seed + 3 + i, device=dev, scale=h ** -0.5) for i in range(4)]  # Wq, Wk, Wv, Wo
+        weights = [
+            randn(h, h, seed=args.seed + 3 + i, device=dev, scale=h**-0.5) for i in range(4)
+        ]  # Wq, Wk, Wv, Wo
 
         # --- Ulysses: my tokens in, my tokens out; heads split in the middle
         tokens = slice(r * s // P, (r + 1) * s // P)
@@ -75,48 +88,100 @@ def main() -> None:
         o = causal_attention(q, k, v)  # (b, s, a/P, d)
         o = heads_to_seq(o, sp_group)  # (b/D, s/P, a, d)
         y_r = o.reshape(b // D, s // P, h) @ wo.T  # (b/D, s/P, h)
-        loss_r = F.mse_loss(y_r, target[rows, tokens], reduction="sum") / target.numel()  # my share of the mean
+        loss_r = (
+            F.mse_loss(y_r, target[rows, tokens], reduction="sum") / target.numel()
+        )  # my share of the mean
         loss_r.backward()
         for w in (wq, wk, wv, wo):
-            dist.all_reduce(w.grad)  # each rank's tokens contribute to the replicated weights' grads
+            dist.all_reduce(
+                w.grad
+            )  # each rank's tokens contribute to the replicated weights' grads
         loss = loss_r.detach().clone()
         dist.all_reduce(loss)
 
         # --- single-process reference: full attention over the whole sequence, all heads
         ref_x = x.clone().requires_grad_()
         ref_w = [w.clone().requires_grad_() for w in weights]
-        rq, rk, rv = ((ref_x @ w.T).view(b, s, a, d).transpose(1, 2) for w in ref_w[:3])  # (b, a, s, d)
-        ref_o = F.scaled_dot_product_attention(rq, rk, rv, is_causal=True).transpose(1, 2)  # (b, s, a, d)
+        rq, rk, rv = (
+            (ref_x @ w.T).view(b, s, a, d).transpose(1, 2) for w in ref_w[:3]
+        )  # (b, a, s, d)
+        ref_o = F.scaled_dot_product_attention(rq, rk, rv, is_causal=True).transpose(
+            1, 2
+        )  # (b, s, a, d)
         ref_y = ref_o.reshape(b, s, h) @ ref_w[3].T  # (b, s, h)
         ref_loss = F.mse_loss(ref_y, target)
         ref_loss.backward()
 
         check_close("loss", loss, ref_loss)
-        out_diff = global_max(check_close(f"output for tokens {tokens.start}:{tokens.stop}", y_r, ref_y[rows, tokens]), dev)
-        x_diff = global_max(check_close(f"dL/dx for tokens {tokens.start}:{tokens.stop}", x_r.grad, ref_x.grad[rows, tokens]), dev)
-        w_diff = global_max(max(
-            check_close(f"grad of {n}", w.grad, rw.grad) for n, w, rw in zip(("Wq", "Wk", "Wv", "Wo"), (wq, wk, wv, wo), ref_w)
-        ), dev)
+        out_diff = global_max(
+            check_close(
+                f"output for tokens {tokens.start}:{tokens.stop}", y_r, ref_y[rows, tokens]
+            ),
+            dev,
+        )
+        x_diff = global_max(
+            check_close(
+                f"dL/dx for tokens {tokens.start}:{tokens.stop}", x_r.grad, ref_x.grad[rows, tokens]
+            ),
+            dev,
+        )
+        w_diff = global_max(
+            max(
+                check_close(f"grad of {n}", w.grad, rw.grad)
+                for n, w, rw in zip(("Wq", "Wk", "Wv", "Wo"), (wq, wk, wv, wo), ref_w)
+            ),
+            dev,
+        )
 
         if env.rank == 0:
             if D > 1:
-                say(f"{D} data replicas x {P} sequence ranks: replica d takes batch rows d*b/D..; "
-                    f"sequence groups {mesh.groups('sp')}, weight gradients summed over all {D * P} ranks")
-            say(f"Ulysses sequence parallel on {P} ranks ({env.backend}): b={b}, s={s}, a={a} heads of d={d}, h={h}")
+                say(
+                    f"{D} data replicas x {P} sequence ranks: replica d takes batch rows d*b/D..; "
+                    f"sequence groups {mesh.groups('sp')}, weight gradients summed over all {D * P} ranks"
+                )
+            say(
+                f"Ulysses sequence parallel on {P} ranks ({env.backend}): b={b}, s={s}, a={a} heads of d={d}, h={h}"
+            )
             say(f"  x per rank {[b // D, s // P, h]} (tokens {s // P} per rank)")
-            say(f"  q,k,v per rank {[b // D, s // P, a, d]} -> all-to-all -> {shape_heads} (whole sequence, {a // P} of {a} heads)")
-            say(f"  attention output -> all-to-all -> {[b // D, s // P, a, d]} -> output projection {[b // D, s // P, h]}")
+            say(
+                f"  q,k,v per rank {[b // D, s // P, a, d]} -> all-to-all -> {shape_heads} (whole sequence, {a // P} of {a} heads)"
+            )
+            say(
+                f"  attention output -> all-to-all -> {[b // D, s // P, a, d]} -> output projection {[b // D, s // P, h]}"
+            )
             say("  communication: 4 all-to-alls forward (q, k, v, o), 4 backward")
             say(f"loss {sig(loss.item())} (reference {sig(ref_loss.item())})")
-            say(f"max |output - reference| = {out_diff:.2e}, max |dL/dx - reference| = {x_diff:.2e}")
+            say(
+                f"max |output - reference| = {out_diff:.2e}, max |dL/dx - reference| = {x_diff:.2e}"
+            )
             say(f"max |weight grad - reference| = {w_diff:.2e}")
             say("OK: Ulysses attention matches full single-process attention")
         emit(
-            world_size=P, batch=b, seq_len=s, local_seq=s // P, heads=a, local_heads=a // P, head_dim=d,
-            tokens=[tokens.start, tokens.stop], x_local_shape=list(x_r.shape), heads_shape=shape_heads,
-            loss=sig(loss.item()), ref_loss=sig(ref_loss.item()), max_out_diff=out_diff,
-            max_x_grad_diff=x_diff, max_w_grad_diff=w_diff, backend=env.backend,
-            **({"dp": D, "rows": [rows.start, rows.stop], "sp_group": mesh.group_of(env.rank, "sp")} if D > 1 else {}),
+            world_size=P,
+            batch=b,
+            seq_len=s,
+            local_seq=s // P,
+            heads=a,
+            local_heads=a // P,
+            head_dim=d,
+            tokens=[tokens.start, tokens.stop],
+            x_local_shape=list(x_r.shape),
+            heads_shape=shape_heads,
+            loss=sig(loss.item()),
+            ref_loss=sig(ref_loss.item()),
+            max_out_diff=out_diff,
+            max_x_grad_diff=x_diff,
+            max_w_grad_diff=w_diff,
+            backend=env.backend,
+            **(
+                {
+                    "dp": D,
+                    "rows": [rows.start, rows.stop],
+                    "sp_group": mesh.group_of(env.rank, "sp"),
+                }
+                if D > 1
+                else {}
+            ),
         )
 
 

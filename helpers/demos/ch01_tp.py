@@ -19,7 +19,6 @@ matching slices of the unsplit MLP, run on the whole input inside the rank.
 
 import argparse
 
-import torch
 import torch.nn.functional as F
 
 from helpers.train.reference import check_close, global_max, randn, sig, strict_fp32
@@ -37,7 +36,9 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=2, help="batch size b")
     parser.add_argument("--seq", type=int, default=4, help="sequence length s")
     parser.add_argument("--hidden", type=int, default=8, help="hidden size h")
-    parser.add_argument("--ffn", type=int, default=None, help="MLP width (default 4h; divisible by world size)")
+    parser.add_argument(
+        "--ffn", type=int, default=None, help="MLP width (default 4h; divisible by world size)"
+    )
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     strict_fp32()
@@ -53,9 +54,9 @@ def main() -> None:
             )
         x = randn(args.batch, args.seq, h, seed=args.seed + 1, device=dev)  # (b, s, h)
         target = randn(args.batch, args.seq, h, seed=args.seed + 2, device=dev)  # (b, s, h)
-        w1 = randn(ffn, h, seed=args.seed + 3, device=dev, scale=h ** -0.5)  # (4h, h)
+        w1 = randn(ffn, h, seed=args.seed + 3, device=dev, scale=h**-0.5)  # (4h, h)
         b1 = randn(ffn, seed=args.seed + 4, device=dev, scale=0.1)  # (4h,)
-        w2 = randn(h, ffn, seed=args.seed + 5, device=dev, scale=ffn ** -0.5)  # (h, 4h)
+        w2 = randn(h, ffn, seed=args.seed + 5, device=dev, scale=ffn**-0.5)  # (h, 4h)
         b2 = randn(h, seed=args.seed + 6, device=dev, scale=0.1)  # (h,)
 
         # --- tensor parallel: my shards of W1, b1 (output features) and W2 (input features)
@@ -84,29 +85,52 @@ def main() -> None:
         check_close("loss", loss, ref_loss)
         grad_diffs = {
             "x": check_close("input grad dL/dx", x_tp.grad, rx),
-            "w1": check_close(f"W1 shard grad (rows {cols.start}:{cols.stop})", w1_r.grad, rw1[cols]),
+            "w1": check_close(
+                f"W1 shard grad (rows {cols.start}:{cols.stop})", w1_r.grad, rw1[cols]
+            ),
             "b1": check_close("b1 shard grad", b1_r.grad, rb1[cols]),
-            "w2": check_close(f"W2 shard grad (columns {cols.start}:{cols.stop})", w2_r.grad, rw2[:, cols]),
+            "w2": check_close(
+                f"W2 shard grad (columns {cols.start}:{cols.stop})", w2_r.grad, rw2[:, cols]
+            ),
             "b2": check_close("b2 grad", b2_tp.grad, rb2),
         }
         out_diff = global_max(out_diff, dev)
         grad_diffs = {k: global_max(v, dev) for k, v in grad_diffs.items()}
 
         if r == 0:
-            say(f"tensor-parallel MLP on {P} ranks ({env.backend}): h={h}, 4h={ffn} -> {ffn // P} MLP columns per rank")
-            say(f"  W1 {tuple(w1.shape)} -> {tuple(w1_r.shape)} per rank (column-parallel, split on output)")
-            say(f"  W2 {tuple(w2.shape)} -> {tuple(w2_r.shape)} per rank (row-parallel, split on input)")
+            say(
+                f"tensor-parallel MLP on {P} ranks ({env.backend}): h={h}, 4h={ffn} -> {ffn // P} MLP columns per rank"
+            )
+            say(
+                f"  W1 {tuple(w1.shape)} -> {tuple(w1_r.shape)} per rank (column-parallel, split on output)"
+            )
+            say(
+                f"  W2 {tuple(w2.shape)} -> {tuple(w2_r.shape)} per rank (row-parallel, split on input)"
+            )
             say("  communication: 1 all-reduce forward (g), 1 all-reduce backward (f)")
             say(f"loss {sig(loss.item())}, max |Y - reference Y| = {out_diff:.2e}")
             for k, v in grad_diffs.items():
-                which = "its slice of the reference grad" if k in ("w1", "b1", "w2") else "reference grad"
+                which = (
+                    "its slice of the reference grad"
+                    if k in ("w1", "b1", "w2")
+                    else "reference grad"
+                )
                 say(f"max |grad {k} - {which}| = {v:.2e}")
             say("OK: tensor parallel matches the unsplit MLP")
         emit(
-            world_size=P, hidden=h, ffn=ffn, ffn_per_rank=ffn // P, columns=[cols.start, cols.stop],
-            w1_shard=list(w1_r.shape), w2_shard=list(w2_r.shape), loss=sig(loss.item()),
-            ref_loss=sig(ref_loss.item()), max_out_diff=out_diff,
-            max_grad_diff=max(grad_diffs.values()), grad_diffs=grad_diffs, backend=env.backend,
+            world_size=P,
+            hidden=h,
+            ffn=ffn,
+            ffn_per_rank=ffn // P,
+            columns=[cols.start, cols.stop],
+            w1_shard=list(w1_r.shape),
+            w2_shard=list(w2_r.shape),
+            loss=sig(loss.item()),
+            ref_loss=sig(ref_loss.item()),
+            max_out_diff=out_diff,
+            max_grad_diff=max(grad_diffs.values()),
+            grad_diffs=grad_diffs,
+            backend=env.backend,
         )
 
 

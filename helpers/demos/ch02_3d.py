@@ -38,8 +38,13 @@ def compare_shards(params, full, layers, tp_rank: int, tp: int, what: str, when:
     of the unsplit model's; raises if any is outside the fp32 tolerance."""
     diff = 0.0
     for i, p in zip(layers, params):
-        want = shard_mlp_blocks([{k: getattr(v, what) for k, v in full[i].items()}], [0], tp_rank, tp)[0]
-        diff = max(diff, *(check_close(f"{when} layer {i} {what} {k}", getattr(p[k], what), want[k]) for k in p))
+        want = shard_mlp_blocks(
+            [{k: getattr(v, what) for k, v in full[i].items()}], [0], tp_rank, tp
+        )[0]
+        diff = max(
+            diff,
+            *(check_close(f"{when} layer {i} {what} {k}", getattr(p[k], what), want[k]) for k in p),
+        )
     return diff
 
 
@@ -87,13 +92,19 @@ def main() -> None:
     parser.add_argument("--micro-batch", type=int, default=2, help="rows per micro-batch")
     parser.add_argument("--steps", type=int, default=2)
     parser.add_argument("--lr", type=float, default=0.1)
-    parser.add_argument("--optimizer", choices=("sgd", "adam", "zero1"), default="sgd",
-                        help="zero1: Adam with its states sharded over the data group")
+    parser.add_argument(
+        "--optimizer",
+        choices=("sgd", "adam", "zero1"),
+        default="sgd",
+        help="zero1: Adam with its states sharded over the data group",
+    )
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     strict_fp32()
     with distributed() as env:
-        mesh = RankMesh.for_world(env.world_size, pp=args.pp, tp=args.tp)  # D = G / (P·T), checked there
+        mesh = RankMesh.for_world(
+            env.world_size, pp=args.pp, tp=args.tp
+        )  # D = G / (P·T), checked there
         c, dev, D = mesh.coords(env.rank), env.device, mesh.dp
         groups = process_groups(mesh, ("tp", "dp"))
         stages = split_layers(args.layers, args.pp)
@@ -101,19 +112,34 @@ def main() -> None:
         params = shard_mlp_blocks(full, stages[c["pp"]], c["tp"], args.tp)
         m, mb, h, last = args.micro, args.micro_batch, args.hidden, c["pp"] == args.pp - 1
         losses, ref_losses, diffs, weight_diffs = [], [], [], []
-        mine_t, full_t = [t for p in params for t in p.values()], [t for p in full for t in p.values()]
+        mine_t, full_t = (
+            [t for p in params for t in p.values()],
+            [t for p in full for t in p.values()],
+        )
         zero = Zero1Adam(mine_t, groups.get("dp"), args.lr) if args.optimizer == "zero1" else None
-        adam = {id(t): (torch.zeros_like(t), torch.zeros_like(t)) for t in mine_t + full_t}  # m, v per tensor
+        adam = {
+            id(t): (torch.zeros_like(t), torch.zeros_like(t)) for t in mine_t + full_t
+        }  # m, v per tensor
         for step in range(args.steps):
             x = randn(D * m * mb, h, seed=1000 + step, device=dev)  # (D·m·b, h): the global batch
             y = randn(D * m * mb, h, seed=2000 + step, device=dev)
             mine = slice(c["dp"] * m * mb, (c["dp"] + 1) * m * mb)  # this replica's rows
-            loss = pipeline_step(params, x[mine].chunk(m), y[mine].chunk(m), c, mesh, groups.get("tp"), dev)
-            for t in mine_t if zero is None else []:  # data parallelism: average every gradient over D
+            loss = pipeline_step(
+                params, x[mine].chunk(m), y[mine].chunk(m), c, mesh, groups.get("tp"), dev
+            )
+            for t in (
+                mine_t if zero is None else []
+            ):  # data parallelism: average every gradient over D
                 dist.all_reduce(t.grad, group=groups.get("dp"))
                 t.grad /= D
-            held = torch.zeros(2, device=dev) if loss is None else torch.stack([torch.ones((), device=dev), loss])
-            dist.all_reduce(held)  # the last stages' replica losses: mean over replicas = global loss
+            held = (
+                torch.zeros(2, device=dev)
+                if loss is None
+                else torch.stack([torch.ones((), device=dev), loss])
+            )
+            dist.all_reduce(
+                held
+            )  # the last stages' replica losses: mean over replicas = global loss
             losses.append(held[1] / held[0])
             out = x  # the reference: every block, the whole batch
             for p in full:
@@ -122,34 +148,70 @@ def main() -> None:
             ref.backward()
             ref_losses.append(ref.detach())
             check_close(f"step {step} loss", losses[-1], ref)
-            if zero is None:  # under ZeRO-1 a replica never holds the averaged gradient: weights are checked
-                diffs.append(global_max(compare_shards(params, full, stages[c["pp"]], c["tp"], args.tp, "grad",
-                                                       f"step {step}"), dev))
+            if (
+                zero is None
+            ):  # under ZeRO-1 a replica never holds the averaged gradient: weights are checked
+                diffs.append(
+                    global_max(
+                        compare_shards(
+                            params, full, stages[c["pp"]], c["tp"], args.tp, "grad", f"step {step}"
+                        ),
+                        dev,
+                    )
+                )
             if zero is not None:  # ZeRO-1: reduce-scatter, Adam on my slice, all-gather
                 zero.step()
-            with torch.no_grad():  # the same step on the pieces (unless ZeRO did it) and on the whole
-                for t in (full_t if zero is not None else mine_t + full_t):
+            with (
+                torch.no_grad()
+            ):  # the same step on the pieces (unless ZeRO did it) and on the whole
+                for t in full_t if zero is not None else mine_t + full_t:
                     if args.optimizer == "sgd":
                         t -= args.lr * t.grad
                     else:
                         adam_step_(t, t.grad, *adam[id(t)], step + 1, args.lr)
                     t.grad = None
-            weight_diffs.append(global_max(compare_shards(params, full, stages[c["pp"]], c["tp"], args.tp, "data",
-                                                          f"after step {step}"), dev))
+            weight_diffs.append(
+                global_max(
+                    compare_shards(
+                        params,
+                        full,
+                        stages[c["pp"]],
+                        c["tp"],
+                        args.tp,
+                        "data",
+                        f"after step {step}",
+                    ),
+                    dev,
+                )
+            )
         if env.rank == 0:
-            say(f"G = {env.world_size} = D {D} x P {args.pp} x T {args.tp} ({env.backend}); "
-                f"layers per stage {stages}, global batch {D * m * mb} = D x {m} micro-batches x {mb}")
+            say(
+                f"G = {env.world_size} = D {D} x P {args.pp} x T {args.tp} ({env.backend}); "
+                f"layers per stage {stages}, global batch {D * m * mb} = D x {m} micro-batches x {mb}"
+            )
             for step, (a, b, w) in enumerate(zip(losses, ref_losses, weight_diffs)):
                 grads = f", max |grad - unsplit| {diffs[step]:.1e}" if diffs else ""
-                say(f"step {step}: loss {sig(a.item())} (unsplit {sig(b.item())}){grads}, "
-                    f"weights after the {args.optimizer} step within {w:.1e}")
+                say(
+                    f"step {step}: loss {sig(a.item())} (unsplit {sig(b.item())}){grads}, "
+                    f"weights after the {args.optimizer} step within {w:.1e}"
+                )
             say("OK: the 3-D run matches the unsplit model")
-        emit(coords=c, groups={axis: mesh.group_of(env.rank, axis) for axis in ("dp", "pp", "tp")},
-             layers=stages[c["pp"]], losses=[sig(x.item()) for x in losses],
-             ref_losses=[sig(x.item()) for x in ref_losses], max_grad_diff=max(diffs, default=None),
-             max_weight_diff=max(weight_diffs), dp=D, pp=args.pp,
-             tp=args.tp, world_size=env.world_size, backend=env.backend, optimizer=args.optimizer,
-             adam_state_elements=2 * zero.layout.shard if zero else None)
+        emit(
+            coords=c,
+            groups={axis: mesh.group_of(env.rank, axis) for axis in ("dp", "pp", "tp")},
+            layers=stages[c["pp"]],
+            losses=[sig(x.item()) for x in losses],
+            ref_losses=[sig(x.item()) for x in ref_losses],
+            max_grad_diff=max(diffs, default=None),
+            max_weight_diff=max(weight_diffs),
+            dp=D,
+            pp=args.pp,
+            tp=args.tp,
+            world_size=env.world_size,
+            backend=env.backend,
+            optimizer=args.optimizer,
+            adam_state_elements=2 * zero.layout.shard if zero else None,
+        )
 
 
 if __name__ == "__main__":

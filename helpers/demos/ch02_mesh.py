@@ -44,7 +44,9 @@ def plugin_groups(layout: Layout) -> dict:
         kwargs["num_microbatches"] = layout.pp
     plugin = HybridParallelPlugin(**kwargs, precision="fp32")
     m = plugin.pg_mesh
-    found = {a: m.get_ranks_in_group(getattr(plugin, f"{a}_group")) for a in ("dp", "pp", "tp", "sp")}
+    found = {
+        a: m.get_ranks_in_group(getattr(plugin, f"{a}_group")) for a in ("dp", "pp", "tp", "sp")
+    }
     found["mixed_dp"] = m.get_ranks_in_group(plugin.mixed_dp_group)
     found["dp_size"] = plugin.dp_size  # for all_to_all the plugin reports D·S here
     del plugin  # its __del__ destroys the process groups it created
@@ -56,7 +58,9 @@ def main() -> None:
     p.add_argument("--tp", type=int, default=2)
     p.add_argument("--pp", type=int, default=2)
     p.add_argument("--sp", type=int, default=1)
-    p.add_argument("--sp_mode", default=None, choices=["split_gather", "ring", "all_to_all", "ring_attn"])
+    p.add_argument(
+        "--sp_mode", default=None, choices=["split_gather", "ring", "all_to_all", "ring_attn"]
+    )
     p.add_argument("--plugin", action="store_true", help="also construct HybridParallelPlugin")
     args = p.parse_args()
     with distributed(backend="gloo") as env:  # groups only: gloo on any machine
@@ -68,17 +72,26 @@ def main() -> None:
         coords = dict(zip(axes, (int(c) for c in pg_mesh.coordinate())))
         groups, sums = {}, {}
         for k, axis in enumerate(axes):
-            groups[axis], sums[axis] = checked_members(pg_mesh, pg_mesh.get_group_along_axis(k), env.rank)
+            groups[axis], sums[axis] = checked_members(
+                pg_mesh, pg_mesh.get_group_along_axis(k), env.rank
+            )
         if layout.sp_mode in OWN_AXIS_SP_MODES:  # the plugin's dp × sp group
             mixed = pg_mesh.create_group_along_axis([axes.index("dp"), axes.index("sp")])
             groups["dp_sp"], sums["dp_sp"] = checked_members(pg_mesh, mixed, env.rank)
-        result = {"layout": str(layout), "coords": coords, "groups": groups, "sums": sums,
-                  "world_size": env.world_size}
+        result = {
+            "layout": str(layout),
+            "coords": coords,
+            "groups": groups,
+            "sums": sums,
+            "world_size": env.world_size,
+        }
         if args.plugin:
             result["plugin"] = plugin_groups(layout)
         pg_mesh.destroy_mesh_process_groups()
         if env.rank == 0:
-            say(f"{layout} on {env.world_size} ranks ({env.backend}); mesh axes {axes}, shape {pg_mesh.shape}")
+            say(
+                f"{layout} on {env.world_size} ranks ({env.backend}); mesh axes {axes}, shape {pg_mesh.shape}"
+            )
         emit(**result)
 
 

@@ -33,7 +33,11 @@ _UNITS = {"": 1, "B": 1, "K": 2**10, "M": 2**20, "G": 2**30}
 
 def parse_size(text: str) -> int:
     """'4K' -> 4096, '1M' -> 1048576, '512' -> 512 (binary units)."""
-    t = text.strip().upper().removesuffix("IB").removesuffix("B") if text.strip()[-1:].isalpha() else text.strip()
+    t = (
+        text.strip().upper().removesuffix("IB").removesuffix("B")
+        if text.strip()[-1:].isalpha()
+        else text.strip()
+    )
     unit = t[-1:] if t[-1:].isalpha() else ""
     if unit not in _UNITS or not t[: len(t) - len(unit)].isdigit():
         raise ValueError(f"bad size {text!r}: use bytes or a K/M/G suffix, e.g. 4K,1M")
@@ -59,7 +63,11 @@ def run_collective(name: str, size: int, n: int, device: torch.device):
 
 
 # torch 2.13 deprecates the *_tensor names in favour of *_single; the older names still work.
-warnings.filterwarnings("ignore", message=r".*is deprecated. Please use `torch.distributed.*_single", category=FutureWarning)
+warnings.filterwarnings(
+    "ignore",
+    message=r".*is deprecated. Please use `torch.distributed.*_single",
+    category=FutureWarning,
+)
 COLLECTIVES = ("all_reduce", "all_gather_into_tensor", "reduce_scatter_tensor", "all_to_all_single")
 
 
@@ -80,20 +88,35 @@ def time_calls(op, device: torch.device, iters: int, rounds: int | None) -> list
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", default=None, help=f"comma-separated bytes (default CPU {CPU_SIZES}, GPU {GPU_SIZES})")
+    parser.add_argument(
+        "--sizes",
+        default=None,
+        help=f"comma-separated bytes (default CPU {CPU_SIZES}, GPU {GPU_SIZES})",
+    )
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--iters", type=int, default=10)
-    parser.add_argument("--timing", choices=["call", "loop"], default="call",
-                        help="call: each call between barrier and sync; loop: --iters calls back to back (nccl-tests)")
-    parser.add_argument("--rounds", type=int, default=5, help="loop timing: repeats of the --iters loop")
+    parser.add_argument(
+        "--timing",
+        choices=["call", "loop"],
+        default="call",
+        help="call: each call between barrier and sync; loop: --iters calls back to back (nccl-tests)",
+    )
+    parser.add_argument(
+        "--rounds", type=int, default=5, help="loop timing: repeats of the --iters loop"
+    )
     args = parser.parse_args()
 
     with distributed() as env:
         n = env.world_size
-        sizes = [parse_size(s) for s in (args.sizes or (GPU_SIZES if env.is_gpu else CPU_SIZES)).split(",")]
+        sizes = [
+            parse_size(s)
+            for s in (args.sizes or (GPU_SIZES if env.is_gpu else CPU_SIZES)).split(",")
+        ]
         for s in sizes:
             if s % (4 * n):
-                raise ValueError(f"size {s} B must be a multiple of 4·n = {4 * n} (float32 split over {n} ranks)")
+                raise ValueError(
+                    f"size {s} B must be a multiple of 4·n = {4 * n} (float32 split over {n} ranks)"
+                )
         rows = []
         for name in COLLECTIVES:
             for size in sizes:
@@ -101,26 +124,58 @@ def main() -> None:
                 for _ in range(args.warmup):
                     op()
                 sync(env.device)
-                times = time_calls(op, env.device, args.iters, args.rounds if args.timing == "loop" else None)
+                times = time_calls(
+                    op, env.device, args.iters, args.rounds if args.timing == "loop" else None
+                )
                 slowest = torch.tensor(times, dtype=torch.float64, device=env.device)
-                dist.all_reduce(slowest, op=dist.ReduceOp.MAX)  # a collective ends when its last rank does
+                dist.all_reduce(
+                    slowest, op=dist.ReduceOp.MAX
+                )  # a collective ends when its last rank does
                 t = statistics.median(slowest.tolist())
-                rows.append((name, size, t, alg_bandwidth(size, t), bus_bandwidth(name, size, n, t), min(slowest.tolist())))
+                rows.append(
+                    (
+                        name,
+                        size,
+                        t,
+                        alg_bandwidth(size, t),
+                        bus_bandwidth(name, size, n, t),
+                        min(slowest.tolist()),
+                    )
+                )
 
         if env.rank == 0:
-            how = (f"median of {args.rounds} loops of {args.iters} back-to-back calls" if args.timing == "loop"
-                   else f"median of {args.iters} calls")
-            say(f"collectives on {n} ranks ({env.backend}, {env.device.type}), {how} after {args.warmup} warm-up")
-            say(f"{'collective':<24}{'size':>10}{'time us':>12}{'algbw GB/s':>12}{'busbw GB/s':>12}")
+            how = (
+                f"median of {args.rounds} loops of {args.iters} back-to-back calls"
+                if args.timing == "loop"
+                else f"median of {args.iters} calls"
+            )
+            say(
+                f"collectives on {n} ranks ({env.backend}, {env.device.type}), {how} after {args.warmup} warm-up"
+            )
+            say(
+                f"{'collective':<24}{'size':>10}{'time us':>12}{'algbw GB/s':>12}{'busbw GB/s':>12}"
+            )
             for name, size, t, alg, bus, fastest in rows:
                 say(f"{name:<24}{size:>10}{t * 1e6:>12.1f}{alg / 1e9:>12.3f}{bus / 1e9:>12.3f}")
-                emit(collective=name, size_bytes=size, n=n, seconds=t, seconds_min=fastest, algbw=alg, busbw=bus,
-                     factor=bus_factor(name, n), backend=env.backend, timing=args.timing)
+                emit(
+                    collective=name,
+                    size_bytes=size,
+                    n=n,
+                    seconds=t,
+                    seconds_min=fastest,
+                    algbw=alg,
+                    busbw=bus,
+                    factor=bus_factor(name, n),
+                    backend=env.backend,
+                    timing=args.timing,
+                )
             for name in COLLECTIVES:
                 pts = [(size, t) for c, size, t, *_ in rows if c == name]
                 try:
                     link = fit_link(pts, name, collective=name, n=n)
-                    say(f"fit {name:<24} latency {link.latency_s * 1e6:8.1f} us  busbw {link.bandwidth_bytes_per_s / 1e9:8.3f} GB/s")
+                    say(
+                        f"fit {name:<24} latency {link.latency_s * 1e6:8.1f} us  busbw {link.bandwidth_bytes_per_s / 1e9:8.3f} GB/s"
+                    )
                 except ValueError as e:
                     say(f"fit {name:<24} n/a ({e})")
 

@@ -28,7 +28,9 @@ from helpers.models.llama import build_llama, llama_config, llama_params, shard_
 CPU_CASES = "tp:2,dp:2,dp:8,ddp:8"
 GPU_CASES = "tp:2,dp:2,dp:8,ddp:8,tp:8,tp:32,dp:32,ddp:32"
 CPU_MODEL = dict(layers=2, hidden=64, heads=4, vocab=256, seq=32)
-GPU_MODEL = dict(layers=4, hidden=1024, heads=16, vocab=32000, seq=512)  # as recorded in results/2xNVIDIA-H200
+GPU_MODEL = dict(
+    layers=4, hidden=1024, heads=16, vocab=32000, seq=512
+)  # as recorded in results/2xNVIDIA-H200
 
 
 def parse_cases(text: str) -> list[tuple[str, int]]:
@@ -37,14 +39,22 @@ def parse_cases(text: str) -> list[tuple[str, int]]:
     for item in text.split(","):
         layout, _, batch = item.strip().partition(":")
         if layout not in ("tp", "dp", "ddp") or not batch.isdigit() or int(batch) < 1:
-            raise ValueError(f"bad case {item!r}: use layout:global_batch with layout tp, dp or ddp, e.g. dp:8")
+            raise ValueError(
+                f"bad case {item!r}: use layout:global_batch with layout tp, dp or ddp, e.g. dp:8"
+            )
         cases.append((layout, int(batch)))
     return cases
 
 
 def run_case(layout, global_batch, args, env, dtype):
-    config = llama_config(layers=args.layers, hidden=args.hidden, heads=args.heads, vocab=args.vocab,
-                          max_seq=args.seq, attn="sdpa")
+    config = llama_config(
+        layers=args.layers,
+        hidden=args.hidden,
+        heads=args.heads,
+        vocab=args.vocab,
+        max_seq=args.seq,
+        attn="sdpa",
+    )
     n, dev = env.world_size, env.device
     if layout != "tp" and global_batch % n:
         raise ValueError(f"global batch {global_batch} does not split over {n} data-parallel ranks")
@@ -64,13 +74,19 @@ def run_case(layout, global_batch, args, env, dtype):
     if layout == "tp":
         with torch.no_grad():
             first_loss_diff = abs(float(trainer.model(**batches[0]).loss.float() - want))
-        if dtype == torch.float32:  # 16-bit: recorded, not asserted (a timing run must not die on round-off)
-            assert first_loss_diff < 1e-4, f"tensor-parallel loss differs from the unsplit model's by {first_loss_diff:.2e}"
-    for b in batches[:args.warmup]:
+        if (
+            dtype == torch.float32
+        ):  # 16-bit: recorded, not asserted (a timing run must not die on round-off)
+            assert first_loss_diff < 1e-4, (
+                f"tensor-parallel loss differs from the unsplit model's by {first_loss_diff:.2e}"
+            )
+    for b in batches[: args.warmup]:
         trainer.step(b)
     sync(dev)
-    rest = batches[args.warmup:]
-    chunks = [rest[i * args.steps:(i + 1) * args.steps] for i in range(4)] + [rest[4 * args.steps:]]
+    rest = batches[args.warmup :]
+    chunks = [rest[i * args.steps : (i + 1) * args.steps] for i in range(4)] + [
+        rest[4 * args.steps :]
+    ]
     on = time_steps(trainer, chunks[0], True, dev)
     agree = replicas_agree(trainer.model, layout)  # recorded; tests/test_ch03.py asserts it
     if not agree and env.rank == 0:
@@ -92,44 +108,83 @@ def run_case(layout, global_batch, args, env, dtype):
     del trainer, model
     if dev.type == "cuda":
         torch.cuda.empty_cache()
-    return dict(layout=layout, global_batch=global_batch, per_rank_batch=per_rank, seq=args.seq, n=n,
-                overlap=layout == "ddp", t_step=t_step, t_compute=t_compute, t_comm=t_comm, share=share,
-                above_half=advice is not None, tokens_per_s=global_batch * args.seq / t_step,
-                steps_on=on, steps_off=off, replicas_agree=agree, first_loss_diff=first_loss_diff,
-                params=params, dtype=str(dtype).removeprefix("torch."), comm_ops=ops,
-                comm_bytes=ops_bytes_sent(ops, n) if n > 1 else 0.0, messages=len(ops),
-                model=dict(layers=args.layers, hidden=args.hidden, heads=args.heads, vocab=args.vocab),
-                backend=env.backend, **kernels)
+    return dict(
+        layout=layout,
+        global_batch=global_batch,
+        per_rank_batch=per_rank,
+        seq=args.seq,
+        n=n,
+        overlap=layout == "ddp",
+        t_step=t_step,
+        t_compute=t_compute,
+        t_comm=t_comm,
+        share=share,
+        above_half=advice is not None,
+        tokens_per_s=global_batch * args.seq / t_step,
+        steps_on=on,
+        steps_off=off,
+        replicas_agree=agree,
+        first_loss_diff=first_loss_diff,
+        params=params,
+        dtype=str(dtype).removeprefix("torch."),
+        comm_ops=ops,
+        comm_bytes=ops_bytes_sent(ops, n) if n > 1 else 0.0,
+        messages=len(ops),
+        model=dict(layers=args.layers, hidden=args.hidden, heads=args.heads, vocab=args.vocab),
+        backend=env.backend,
+        **kernels,
+    )
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--cases", default=None, help=f"layout:global_batch,... (CPU {CPU_CASES}; GPU {GPU_CASES})")
+    p.add_argument(
+        "--cases", default=None, help=f"layout:global_batch,... (CPU {CPU_CASES}; GPU {GPU_CASES})"
+    )
     for key in ("layers", "hidden", "heads", "vocab", "seq"):
         p.add_argument(f"--{key}", type=int, default=None)
-    p.add_argument("--steps", type=int, default=None, help="timed steps per block (4 blocks: on, off, on, off)")
+    p.add_argument(
+        "--steps", type=int, default=None, help="timed steps per block (4 blocks: on, off, on, off)"
+    )
     p.add_argument("--warmup", type=int, default=2)
-    p.add_argument("--profile_steps", type=int, default=None, help="GPU: steps profiled for NCCL kernel time (default 3)")
-    p.add_argument("--dtype", choices=["fp32", "bf16"], default=None, help="default: bf16 on GPU, fp32 on CPU")
+    p.add_argument(
+        "--profile_steps",
+        type=int,
+        default=None,
+        help="GPU: steps profiled for NCCL kernel time (default 3)",
+    )
+    p.add_argument(
+        "--dtype", choices=["fp32", "bf16"], default=None, help="default: bf16 on GPU, fp32 on CPU"
+    )
     args = p.parse_args()
     with distributed() as env:
         for key, value in (GPU_MODEL if env.is_gpu else CPU_MODEL).items():
             setattr(args, key, getattr(args, key) or value)
         args.steps = args.steps or (6 if env.is_gpu else 2)
-        args.profile_steps = (3 if env.is_gpu else 0) if args.profile_steps is None else args.profile_steps
-        dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[args.dtype or ("bf16" if env.is_gpu else "fp32")]
+        args.profile_steps = (
+            (3 if env.is_gpu else 0) if args.profile_steps is None else args.profile_steps
+        )
+        dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[
+            args.dtype or ("bf16" if env.is_gpu else "fp32")
+        ]
         if dtype == torch.float32:
             torch.backends.cuda.matmul.allow_tf32 = False
         cases = parse_cases(args.cases or (GPU_CASES if env.is_gpu else CPU_CASES))
         if env.rank == 0:
-            say(f"communication share on {env.world_size} ranks ({env.backend}), {dtype}, model {args.layers}L "
-                f"h={args.hidden} v={args.vocab}, seq {args.seq}")
-            say(f"{'layout':<6}{'batch':>6}{'step ms':>10}{'compute ms':>12}{'comm ms':>10}{'share':>8}{'tokens/s':>12}")
+            say(
+                f"communication share on {env.world_size} ranks ({env.backend}), {dtype}, model {args.layers}L "
+                f"h={args.hidden} v={args.vocab}, seq {args.seq}"
+            )
+            say(
+                f"{'layout':<6}{'batch':>6}{'step ms':>10}{'compute ms':>12}{'comm ms':>10}{'share':>8}{'tokens/s':>12}"
+            )
         for layout, batch in cases:
             r = run_case(layout, batch, args, env, dtype)
             if env.rank == 0:
-                say(f"{layout:<6}{batch:>6}{r['t_step'] * 1e3:>10.2f}{r['t_compute'] * 1e3:>12.2f}"
-                    f"{r['t_comm'] * 1e3:>10.2f}{r['share']:>8.2f}{r['tokens_per_s']:>12.0f}")
+                say(
+                    f"{layout:<6}{batch:>6}{r['t_step'] * 1e3:>10.2f}{r['t_compute'] * 1e3:>12.2f}"
+                    f"{r['t_comm'] * 1e3:>10.2f}{r['share']:>8.2f}{r['tokens_per_s']:>12.0f}"
+                )
                 emit(**r)
 
 

@@ -36,7 +36,10 @@ def memory_now(device) -> dict | None:
     """Allocated / reserved bytes of this rank (None on the CPU)."""
     if device.type != "cuda":
         return None
-    return {"allocated": torch.cuda.memory_allocated(device), "reserved": torch.cuda.memory_reserved(device)}
+    return {
+        "allocated": torch.cuda.memory_allocated(device),
+        "reserved": torch.cuda.memory_reserved(device),
+    }
 
 
 def make_plugin(layout: TrainLayout):
@@ -51,14 +54,22 @@ def make_optimizer(model, device):
         from colossalai.nn.optimizer import HybridAdam
 
         return HybridAdam(model.parameters(), lr=1e-4)
-    return torch.optim.AdamW(model.parameters(), lr=1e-4)  # HybridAdam has no kernel for CPU-only builds
+    return torch.optim.AdamW(
+        model.parameters(), lr=1e-4
+    )  # HybridAdam has no kernel for CPU-only builds
 
 
 class Trainer:
     """One optimizer step, optionally measured phase by phase."""
 
     def __init__(self, layout, booster, model, opt, device, plugin):
-        self.layout, self.booster, self.model, self.opt, self.device = layout, booster, model, opt, device
+        self.layout, self.booster, self.model, self.opt, self.device = (
+            layout,
+            booster,
+            model,
+            opt,
+            device,
+        )
         self.pipeline = layout.pp > 1
         mesh = getattr(plugin, "pg_mesh", None)
         if layout.plugin == "hybrid":
@@ -69,21 +80,26 @@ class Trainer:
     def batch(self, step: int) -> dict:
         layout = self.layout
         full = token_batch(step, layout.global_batch, layout.seq, layout.shape.vocab)
-        return {k: v.to(self.device) for k, v in shard_batch(full, self.dp_rank, self.dp_size).items()}
+        return {
+            k: v.to(self.device) for k, v in shard_batch(full, self.dp_rank, self.dp_size).items()
+        }
 
     def _mark(self, phases, name):
         if phases is not None and self.device.type == "cuda":
             sync(self.device)
-            phases[name] = {"peak": torch.cuda.max_memory_allocated(self.device),
-                            "allocated": torch.cuda.memory_allocated(self.device)}
+            phases[name] = {
+                "peak": torch.cuda.max_memory_allocated(self.device),
+                "allocated": torch.cuda.memory_allocated(self.device),
+            }
             torch.cuda.reset_peak_memory_stats(self.device)
 
     def step(self, k: int, phases: dict | None = None) -> float | None:
         batch = self.batch(k)
         self._mark(phases, "start")
         if self.pipeline:
-            out = self.booster.execute_pipeline(iter([batch]), self.model, lambda o, _: o.loss, self.opt,
-                                                return_loss=True)
+            out = self.booster.execute_pipeline(
+                iter([batch]), self.model, lambda o, _: o.loss, self.opt, return_loss=True
+            )
             loss = out["loss"]
             self._mark(phases, "forward_backward")
         else:
@@ -115,17 +131,28 @@ def main() -> None:
     with distributed() as env:
         if not env.is_gpu:
             if layout.plugin != "ddp":
-                raise SystemExit(f"{layout.plugin} needs one CUDA GPU per rank in Colossal-AI 0.5.0; "
-                                 "on CPU only the TorchDDPPlugin fp32 layout runs")
-            layout = TrainLayout.from_dict({**layout.__dict__, "shape": CPU_SHAPE, "world": env.world_size,
-                                            "seq": min(layout.seq, 64), "micro_batch": min(layout.micro_batch, 2)})
+                raise SystemExit(
+                    f"{layout.plugin} needs one CUDA GPU per rank in Colossal-AI 0.5.0; "
+                    "on CPU only the TorchDDPPlugin fp32 layout runs"
+                )
+            layout = TrainLayout.from_dict(
+                {
+                    **layout.__dict__,
+                    "shape": CPU_SHAPE,
+                    "world": env.world_size,
+                    "seq": min(layout.seq, 64),
+                    "micro_batch": min(layout.micro_batch, 2),
+                }
+            )
         torch.backends.cuda.matmul.allow_tf32 = True
         memory = {}
         config = layout.shape.config(attn=layout.attn, max_seq=layout.seq)
         with torch.device(env.device):
             model = build_llama(config)  # fp32; the plugin casts to bf16 itself
         if layout.recompute:
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            model.gradient_checkpointing_enable(
+                gradient_checkpointing_kwargs={"use_reentrant": False}
+            )
         memory["built"] = memory_now(env.device)
         plugin = make_plugin(layout)
         booster = Booster(plugin=plugin)
@@ -153,23 +180,36 @@ def main() -> None:
         measured = None
         if env.is_gpu:
             free, total = torch.cuda.mem_get_info(env.device)
-            measured = {"peak": torch.cuda.max_memory_allocated(env.device),
-                        "peak_reserved": torch.cuda.max_memory_reserved(env.device),
-                        "device_used": total - free, "reserved": torch.cuda.memory_reserved(env.device)}
+            measured = {
+                "peak": torch.cuda.max_memory_allocated(env.device),
+                "peak_reserved": torch.cuda.max_memory_reserved(env.device),
+                "device_used": total - free,
+                "reserved": torch.cuda.memory_reserved(env.device),
+            }
             measured["outside_allocator"] = measured["device_used"] - measured["reserved"]
         from helpers.cost.memory_llama import predict
 
         prediction = predict(layout, rank=env.rank)
         known = [x for x in losses if x is not None]
-        result = dict(layout=layout.__dict__ | {"shape": layout.shape.__dict__}, backend=env.backend,
-                      memory=memory, phases=phases, measured=measured, census=census,
-                      prediction=prediction, loss_first=known[0] if known else None,
-                      loss_last=known[-1] if known else None, step_seconds=seconds,
-                      tokens_per_s=layout.global_batch * layout.seq / seconds,
-                      params=sum(p.numel() for p in model.parameters()))
+        result = dict(
+            layout=layout.__dict__ | {"shape": layout.shape.__dict__},
+            backend=env.backend,
+            memory=memory,
+            phases=phases,
+            measured=measured,
+            census=census,
+            prediction=prediction,
+            loss_first=known[0] if known else None,
+            loss_last=known[-1] if known else None,
+            step_seconds=seconds,
+            tokens_per_s=layout.global_batch * layout.seq / seconds,
+            params=sum(p.numel() for p in model.parameters()),
+        )
         if measured:
-            say(f"[rank{env.rank}] {layout.name}: peak {measured['peak'] / MIB:.0f} MiB, "
-                f"predicted {prediction['peak'] / MIB:.0f} MiB, {result['tokens_per_s']:.0f} tokens/s")
+            say(
+                f"[rank{env.rank}] {layout.name}: peak {measured['peak'] / MIB:.0f} MiB, "
+                f"predicted {prediction['peak'] / MIB:.0f} MiB, {result['tokens_per_s']:.0f} tokens/s"
+            )
         emit(**result)
         del model, opt, booster, trainer
         del plugin  # the plugin's __del__ destroys its process groups: keep it alive until here

@@ -49,8 +49,10 @@ def train(env, args) -> None:
         norms.append(norm)
         say(f"rank {env.rank} step {step} loss {loss.item():.4g} grad_norm {norm:.4g}")
         if not torch.isfinite(loss):
-            raise FloatingPointError(f"loss is {loss.item()} at step {step} (grad norms so far: "
-                                     f"{', '.join(f'{n:.3g}' for n in norms)})")
+            raise FloatingPointError(
+                f"loss is {loss.item()} at step {step} (grad norms so far: "
+                f"{', '.join(f'{n:.3g}' for n in norms)})"
+            )
         opt.step()
         opt.zero_grad()
     emit(mode=args.mode, steps=args.steps, final_loss=round(loss.item(), 4))
@@ -65,8 +67,13 @@ def oom(args) -> None:
     from helpers.models.llama import build_llama, llama_config, token_batch
 
     shape = LlamaShape(layers=16, hidden=64, heads=2, kv_heads=2, vocab=256)
-    config = llama_config(layers=shape.layers, hidden=shape.hidden, heads=shape.heads, vocab=shape.vocab,
-                          max_seq=args.seq)
+    config = llama_config(
+        layers=shape.layers,
+        hidden=shape.hidden,
+        heads=shape.heads,
+        vocab=shape.vocab,
+        max_seq=args.seq,
+    )
     model = build_llama(config)
     if args.recompute:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
@@ -77,23 +84,35 @@ def oom(args) -> None:
     model.zero_grad(set_to_none=True)
     batch = token_batch(0, args.batch, args.seq, shape.vocab)
     tokens = args.batch * args.seq
-    per_layer = 4 * tokens * shape.hidden if args.recompute else layer_activation_bytes(shape, tokens, args.seq, 4)
+    per_layer = (
+        4 * tokens * shape.hidden
+        if args.recompute
+        else layer_activation_bytes(shape, tokens, args.seq, 4)
+    )
     predicted = shape.layers * per_layer + head_activation_bytes(shape, tokens, 4)
     mapped = psutil.Process().memory_info().vms
     rss_before = psutil.Process().memory_info().rss
     cap = mapped + args.budget_mib * 2**20
     resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
-    say(f"address space capped at {args.budget_mib} MiB above the {mapped / 2**20:,.0f} MiB already mapped; "
-        f"predicted activations {predicted / 2**20:,.0f} MiB ({'recompute' if args.recompute else 'no recompute'})")
+    say(
+        f"address space capped at {args.budget_mib} MiB above the {mapped / 2**20:,.0f} MiB already mapped; "
+        f"predicted activations {predicted / 2**20:,.0f} MiB ({'recompute' if args.recompute else 'no recompute'})"
+    )
     start = time.perf_counter()
     loss = model(**batch).loss
     loss.backward()
     opt.step()
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    emit(mode="oom", recompute=args.recompute, budget_mib=args.budget_mib, loss=round(loss.item(), 3),
-         predicted_activation_mib=round(predicted / 2**20), peak_rss_mib=round(rss / 2**20),
-         rss_growth_mib=round((rss - rss_before) / 2**20),
-         seconds=round(time.perf_counter() - start, 1))
+    emit(
+        mode="oom",
+        recompute=args.recompute,
+        budget_mib=args.budget_mib,
+        loss=round(loss.item(), 3),
+        predicted_activation_mib=round(predicted / 2**20),
+        peak_rss_mib=round(rss / 2**20),
+        rss_growth_mib=round((rss - rss_before) / 2**20),
+        seconds=round(time.perf_counter() - start, 1),
+    )
 
 
 def main() -> None:

@@ -65,11 +65,18 @@ print(f"[extension] Time taken to compile {name} op: {time.time() - start} secon
 class _Run:
     """One stand-in Colossal-AI run: a process whose lines are collected (and echoed)."""
 
-    def __init__(self, label: str, folder: Path, build_s: float, echo: Callable[[str], None] | None):
+    def __init__(
+        self, label: str, folder: Path, build_s: float, echo: Callable[[str], None] | None
+    ):
         self.label, self.echo, self.lines = label, echo, []
-        self.proc = subprocess.Popen([sys.executable, "-c", _BUILD, str(folder), KERNEL, str(build_s)],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.STDOUT, text=True, bufsize=1)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", _BUILD, str(folder), KERNEL, str(build_s)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            bufsize=1,
+        )
         self.reader = threading.Thread(target=self._read, daemon=True)
         self.reader.start()
 
@@ -83,8 +90,10 @@ class _Run:
         deadline = time.monotonic() + timeout_s
         while not test():
             if self.proc.poll() is not None and not test():
-                raise RuntimeError(f"{self.label} ended (exit code {self.proc.returncode}) before "
-                                   f"{what}: {self.lines[-5:]}")
+                raise RuntimeError(
+                    f"{self.label} ended (exit code {self.proc.returncode}) before "
+                    f"{what}: {self.lines[-5:]}"
+                )
             if time.monotonic() > deadline:
                 raise RuntimeError(f"{self.label}: no {what} within {timeout_s:g} s")
             time.sleep(0.02)
@@ -102,8 +111,9 @@ class _Run:
         return rc
 
 
-def reproduce(timeout_s: float = 3.0, clear: bool = True,
-              echo: Callable[[str], None] | None = print) -> dict:
+def reproduce(
+    timeout_s: float = 3.0, clear: bool = True, echo: Callable[[str], None] | None = print
+) -> dict:
     """Runs 1-3 above in a temporary folder (removed afterwards); what each step showed."""
     root = Path(tempfile.mkdtemp(prefix="ch08-kernel-lock-"))
     folder, say = root / FOLDER, echo or (lambda _line: None)
@@ -128,10 +138,18 @@ def reproduce(timeout_s: float = 3.0, clear: bool = True,
         silent = second.proc.poll() is None and len(second.lines) == printed
         second.kill()
         hint = kernels.timeout_hint({0: [x for x in second.lines if x != "ready"]}, root=root)
-        say(f"run 2 ran past its {timeout_s:g} s timeout, silent after its first line "
-            f"({'still waiting' if silent else 'not waiting'}); killed. Hint: {hint}")
-        result = {"held_by_run1": held, "kept_while_held": kept, "run1_exit": run1_rc,
-                  "lock_left": left, "run2_silent": silent, "hint_names_lock": f"rm {lock}" in hint}
+        say(
+            f"run 2 ran past its {timeout_s:g} s timeout, silent after its first line "
+            f"({'still waiting' if silent else 'not waiting'}); killed. Hint: {hint}"
+        )
+        result = {
+            "held_by_run1": held,
+            "kept_while_held": kept,
+            "run1_exit": run1_rc,
+            "lock_left": left,
+            "run2_silent": silent,
+            "hint_names_lock": f"rm {lock}" in hint,
+        }
         if not clear:
             return result
         stale = [x for x in kernels.locks(root) if x.stale]
@@ -139,9 +157,15 @@ def reproduce(timeout_s: float = 3.0, clear: bool = True,
         third.go()
         rc3 = third.proc.wait(timeout=120)
         third.reader.join(timeout=5)
-        return {**result, "stale_found": len(stale), "removed": len(removed), "run3_exit": rc3,
-                "run3_finished": bool(third.lines) and "Time taken to compile" in third.lines[-1],
-                "lock_after": lock.exists(), "kernel_built": (folder / f"{KERNEL}.so").exists()}
+        return {
+            **result,
+            "stale_found": len(stale),
+            "removed": len(removed),
+            "run3_exit": rc3,
+            "run3_finished": bool(third.lines) and "Time taken to compile" in third.lines[-1],
+            "lock_after": lock.exists(),
+            "kernel_built": (folder / f"{KERNEL}.so").exists(),
+        }
     finally:
         for run in runs:
             run.kill()
@@ -154,7 +178,9 @@ def main() -> None:
     p.add_argument("--clear", action="store_true", help="then clear the stale lock and run again")
     args = p.parse_args()
     result = reproduce(args.timeout_s, args.clear, echo=lambda line: print(line, flush=True))
-    print("RESULT " + json.dumps({"rank": 0, **result}, sort_keys=True), flush=True)  # helpers.run.env.emit
+    print(
+        "RESULT " + json.dumps({"rank": 0, **result}, sort_keys=True), flush=True
+    )  # helpers.run.env.emit
     if not args.clear:
         sys.exit(1)  # run 2 never finished: the failure the lab reproduces
     sys.exit(0 if result["run3_exit"] == 0 and result["run3_finished"] else 1)

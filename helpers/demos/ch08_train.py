@@ -43,7 +43,9 @@ def optimizer_name(args, device) -> str:
 
 
 def make_optimizer(model, args, device):
-    return speed.make_optimizer(optimizer_name(args, device), model.parameters(), args.lr)  # AdamW's decay 0.01
+    return speed.make_optimizer(
+        optimizer_name(args, device), model.parameters(), args.lr
+    )  # AdamW's decay 0.01
 
 
 def build(layout, args, env):
@@ -52,11 +54,21 @@ def build(layout, args, env):
         model = build_llama(config)
     reference = []
     if args.ref_steps:
-        batches = [{k: v.to(env.device) for k, v in token_batch(s, layout.global_batch, layout.seq,
-                                                                  layout.shape.vocab).items()}
-                   for s in range(args.ref_steps)]
-        chunks = layout.global_batch // layout.micro_batch  # the reference's slices: one rank's micro-batch
-        reference = train_reference_mixed(copy.deepcopy(model), batches, args.lr, DTYPES[layout.precision], chunks)
+        batches = [
+            {
+                k: v.to(env.device)
+                for k, v in token_batch(
+                    s, layout.global_batch, layout.seq, layout.shape.vocab
+                ).items()
+            }
+            for s in range(args.ref_steps)
+        ]
+        chunks = (
+            layout.global_batch // layout.micro_batch
+        )  # the reference's slices: one rank's micro-batch
+        reference = train_reference_mixed(
+            copy.deepcopy(model), batches, args.lr, DTYPES[layout.precision], chunks
+        )
         del batches
     if env.is_gpu:  # the reference's memory is not the layout's
         torch.cuda.empty_cache()
@@ -64,10 +76,17 @@ def build(layout, args, env):
     if layout.recompute:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     if args.framework == "fsdp2":
-        if args.compile:  # before fully_shard, as torchtitan does: FSDP2's hooks stay outside the graphs
+        if (
+            args.compile
+        ):  # before fully_shard, as torchtitan does: FSDP2's hooks stay outside the graphs
             speed.compile_layers(model)
-        trainer = FSDP2Trainer(layout, model, lambda m: make_optimizer(m, args, env.device), env.device,
-                               DTYPES[layout.precision])
+        trainer = FSDP2Trainer(
+            layout,
+            model,
+            lambda m: make_optimizer(m, args, env.device),
+            env.device,
+            DTYPES[layout.precision],
+        )
         return trainer, None, config, reference
     from colossalai.booster import Booster
 
@@ -75,12 +94,16 @@ def build(layout, args, env):
 
     name, kwargs = plugin_spec(layout)  # Chapter 7's constructors, as run on the GPU box
     if args.overlap is not None and layout.plugin in ("zero", "hybrid"):
-        kwargs["overlap_communication"] = bool(args.overlap)  # ZeRO's gradient reduce during backward
+        kwargs["overlap_communication"] = bool(
+            args.overlap
+        )  # ZeRO's gradient reduce during backward
     kwargs.update(speed.plugin_kwargs(args.plugin_kw))
     plugin = getattr(plugins, name)(**kwargs)
     booster = Booster(plugin=plugin)
     model, opt, _, _, _ = booster.boost(model, make_optimizer(model, args, env.device))
-    speed.tune_boosted(model, opt, args, kwargs)  # after boost: shardformer's policies see the plain modules
+    speed.tune_boosted(
+        model, opt, args, kwargs
+    )  # after boost: shardformer's policies see the plain modules
     return Trainer(layout, booster, model, opt, env.device, plugin), plugin, config, reference
 
 
@@ -106,10 +129,15 @@ def run(layout, args, env) -> dict:
         profile = breakdown(prof, "cuda" if env.is_gpu else "cpu", args.profile)
     tokens_per_s = layout.global_batch * layout.seq / seconds
     del trainer, plugin
-    return dict(losses=[None if x is None else round(x, 4) for x in losses], reference=[round(x, 4) for x in reference],
-                seconds_per_step=round(seconds, 4), tokens_per_s=round(tokens_per_s),
-                mfu=round(mfu(config, layout.seq, tokens_per_s, env.world_size), 4), profile=profile,
-                params=llama_params(config))
+    return dict(
+        losses=[None if x is None else round(x, 4) for x in losses],
+        reference=[round(x, 4) for x in reference],
+        seconds_per_step=round(seconds, 4),
+        tokens_per_s=round(tokens_per_s),
+        mfu=round(mfu(config, layout.seq, tokens_per_s, env.world_size), 4),
+        profile=profile,
+        params=llama_params(config),
+    )
 
 
 def divergence(result: dict, tolerance: float) -> str | None:
@@ -117,7 +145,9 @@ def divergence(result: dict, tolerance: float) -> str | None:
     import torch.distributed as dist
 
     everyone = [None] * dist.get_world_size()
-    dist.all_gather_object(everyone, {"losses": result.get("losses"), "reference": result.get("reference")})
+    dist.all_gather_object(
+        everyone, {"losses": result.get("losses"), "reference": result.get("reference")}
+    )
     verdict = loss_verdict(everyone, tolerance)
     return None if verdict["valid"] else verdict["reason"]
 
@@ -131,11 +161,18 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--ref_steps", type=int, default=3)
     p.add_argument("--lr", type=float, default=3e-4)
-    p.add_argument("--overlap", type=int, default=None, help="0/1: the plugin's overlap_communication")
+    p.add_argument(
+        "--overlap", type=int, default=None, help="0/1: the plugin's overlap_communication"
+    )
     p.add_argument("--mem_cap_gib", type=float, default=None)
     p.add_argument("--profile", type=int, default=0, help="steps under the PyTorch profiler")
-    p.add_argument("--fail_on_divergence", type=float, default=None, metavar="TOL",
-                   help="exit non-zero when the mean loss is not finite or leaves the reference by more than TOL")
+    p.add_argument(
+        "--fail_on_divergence",
+        type=float,
+        default=None,
+        metavar="TOL",
+        help="exit non-zero when the mean loss is not finite or leaves the reference by more than TOL",
+    )
     speed.add_arguments(p)
     return p
 
@@ -155,26 +192,52 @@ def main() -> None:
         layout = layout_from(args)
         if not env.is_gpu:  # the gloo path: fp32, FSDP2 or TorchDDPPlugin, a tiny model
             if args.framework == "colossal" and layout.plugin != "ddp":
-                raise SystemExit(f"{layout.plugin} needs one CUDA GPU per rank in Colossal-AI 0.5.0; on CPU "
-                                 "only --plugin ddp (TorchDDPPlugin, fp32) runs")
-            layout = TrainLayout.from_dict({**layout.__dict__, "shape": CPU_SHAPE, "precision": "fp32",
-                                            "seq": min(layout.seq, 64), "micro_batch": min(layout.micro_batch, 2)})
+                raise SystemExit(
+                    f"{layout.plugin} needs one CUDA GPU per rank in Colossal-AI 0.5.0; on CPU "
+                    "only --plugin ddp (TorchDDPPlugin, fp32) runs"
+                )
+            layout = TrainLayout.from_dict(
+                {
+                    **layout.__dict__,
+                    "shape": CPU_SHAPE,
+                    "precision": "fp32",
+                    "seq": min(layout.seq, 64),
+                    "micro_batch": min(layout.micro_batch, 2),
+                }
+            )
         layout = TrainLayout.from_dict({**layout.__dict__, "world": env.world_size})
-        result = dict(framework=args.framework, layout=layout.name,
-                      plugin="fully_shard" if args.framework == "fsdp2" else layout.plugin, precision=layout.precision,
-                      tp=layout.tp, pp=layout.pp, zero_stage=layout.zero_stage, micro_batch=layout.micro_batch,
-                      microbatches=layout.microbatches, global_batch=layout.global_batch, seq=layout.seq,
-                      layers=layout.shape.layers, hidden=layout.shape.hidden,
-                      recompute=layout.recompute, overlap=args.overlap,
-                      optimizer=optimizer_name(args, env.device), compiled=args.compile, norm_on_device=args.norm_on_device,
-                      plugin_kw=speed.plugin_kwargs(args.plugin_kw),
-                      gpus=env.world_size, oom=False,
-                      mem_cap_gib=args.mem_cap_gib, device=torch.cuda.get_device_name(env.device) if env.is_gpu else "cpu")
+        result = dict(
+            framework=args.framework,
+            layout=layout.name,
+            plugin="fully_shard" if args.framework == "fsdp2" else layout.plugin,
+            precision=layout.precision,
+            tp=layout.tp,
+            pp=layout.pp,
+            zero_stage=layout.zero_stage,
+            micro_batch=layout.micro_batch,
+            microbatches=layout.microbatches,
+            global_batch=layout.global_batch,
+            seq=layout.seq,
+            layers=layout.shape.layers,
+            hidden=layout.shape.hidden,
+            recompute=layout.recompute,
+            overlap=args.overlap,
+            optimizer=optimizer_name(args, env.device),
+            compiled=args.compile,
+            norm_on_device=args.norm_on_device,
+            plugin_kw=speed.plugin_kwargs(args.plugin_kw),
+            gpus=env.world_size,
+            oom=False,
+            mem_cap_gib=args.mem_cap_gib,
+            device=torch.cuda.get_device_name(env.device) if env.is_gpu else "cpu",
+        )
         if env.is_gpu:
             torch.backends.cuda.matmul.allow_tf32 = False
             if args.mem_cap_gib:
                 total = torch.cuda.get_device_properties(env.device).total_memory
-                torch.cuda.set_per_process_memory_fraction(args.mem_cap_gib * 2**30 / total, env.device)
+                torch.cuda.set_per_process_memory_fraction(
+                    args.mem_cap_gib * 2**30 / total, env.device
+                )
             torch.cuda.reset_peak_memory_stats(env.device)
         try:
             result.update(run(layout, args, env))
@@ -183,12 +246,20 @@ def main() -> None:
         if env.is_gpu:
             result["peak_mib"] = round(torch.cuda.max_memory_allocated(env.device) / 2**20, 1)
             result["reserved_mib"] = round(torch.cuda.max_memory_reserved(env.device) / 2**20, 1)
-        say(f"{args.framework} {layout.name}: " + ("OUT OF MEMORY" if result["oom"] else
-            f"{result['tokens_per_s']:,} tokens/s, MFU {result['mfu']:.1%}, losses {result['losses'][-2:]} "
-            f"(reference {result['reference'][:2]})"))
+        say(
+            f"{args.framework} {layout.name}: "
+            + (
+                "OUT OF MEMORY"
+                if result["oom"]
+                else f"{result['tokens_per_s']:,} tokens/s, MFU {result['mfu']:.1%}, losses {result['losses'][-2:]} "
+                f"(reference {result['reference'][:2]})"
+            )
+        )
         check = args.fail_on_divergence is not None and not result["oom"]
         reason = divergence(result, args.fail_on_divergence) if check else None
-        if reason:  # on stdout, before the RESULT line: a rank's last stderr line can be lost at exit
+        if (
+            reason
+        ):  # on stdout, before the RESULT line: a rank's last stderr line can be lost at exit
             say(f"the loss check failed: {reason}")
         emit(**result)
         if reason:

@@ -32,7 +32,9 @@ def logits_with_margin(margin: float) -> tuple[torch.Tensor, torch.Tensor]:
     return logits, target
 
 
-def torch_loss_and_target_grad(logits: torch.Tensor, target: torch.Tensor, dtype) -> tuple[float, list[float]]:
+def torch_loss_and_target_grad(
+    logits: torch.Tensor, target: torch.Tensor, dtype
+) -> tuple[float, list[float]]:
     x = logits.to(dtype).requires_grad_()
     loss = F.cross_entropy(x, target, reduction="sum")
     loss.backward()
@@ -50,9 +52,17 @@ def main() -> None:
         mine = slice(env.rank * part, (env.rank + 1) * part)
         for margin in (float(m) for m in args.margins.split(",")):
             logits, target = logits_with_margin(margin)
-            local = logits.to(torch.bfloat16)[:, mine].clone().requires_grad_()  # (tokens, vocab/tp)
-            loss = cross_entropy_1d(local, target, process_group=dist.group.WORLD, vocab_size=VOCAB,
-                                    dtype=torch.bfloat16, mode="sum")
+            local = (
+                logits.to(torch.bfloat16)[:, mine].clone().requires_grad_()
+            )  # (tokens, vocab/tp)
+            loss = cross_entropy_1d(
+                local,
+                target,
+                process_group=dist.group.WORLD,
+                vocab_size=VOCAB,
+                dtype=torch.bfloat16,
+                mode="sum",
+            )
             loss.backward()
             grads = [torch.empty_like(local.grad) for _ in range(env.world_size)]
             dist.all_gather(grads, local.grad.contiguous())
@@ -63,11 +73,20 @@ def main() -> None:
             others = full_grad.clone()
             others[torch.arange(TOKENS), target] = 0
             if env.rank == 0:
-                say(f"margin {margin:4.0f}: loss exact {exact_loss:.3e}, Colossal-AI {loss.item():.3e}; "
-                    f"target gradient exact {exact[0]:.2e}, PyTorch bf16 {bf16[0]:.2e}, Colossal-AI {dist_target[0]:.2e}")
-                emit(margin=margin, loss_exact=exact_loss, loss_colossal=loss.item(), loss_torch_bf16=bf16_loss,
-                     target_grad_exact=exact, target_grad_torch_bf16=bf16, target_grad_colossal=dist_target,
-                     other_grad_sum_colossal=others.sum(dim=1).tolist())
+                say(
+                    f"margin {margin:4.0f}: loss exact {exact_loss:.3e}, Colossal-AI {loss.item():.3e}; "
+                    f"target gradient exact {exact[0]:.2e}, PyTorch bf16 {bf16[0]:.2e}, Colossal-AI {dist_target[0]:.2e}"
+                )
+                emit(
+                    margin=margin,
+                    loss_exact=exact_loss,
+                    loss_colossal=loss.item(),
+                    loss_torch_bf16=bf16_loss,
+                    target_grad_exact=exact,
+                    target_grad_torch_bf16=bf16,
+                    target_grad_colossal=dist_target,
+                    other_grad_sum_colossal=others.sum(dim=1).tolist(),
+                )
 
 
 if __name__ == "__main__":

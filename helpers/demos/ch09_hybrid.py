@@ -55,7 +55,9 @@ def make_optimizer(model, lr: float, name: str):
     if name == "hybrid_adam":
         from colossalai.nn.optimizer import HybridAdam
 
-        return HybridAdam(model.parameters(), lr=lr, weight_decay=0.01)  # = torch AdamW's default decay
+        return HybridAdam(
+            model.parameters(), lr=lr, weight_decay=0.01
+        )  # = torch AdamW's default decay
     return torch.optim.AdamW(model.parameters(), lr=lr)
 
 
@@ -69,15 +71,21 @@ def watch_step(model, out, group) -> dict:
             if not torch.isfinite(p.grad).all():
                 bad.append(name)
     dist.all_reduce(sq, group=group)
-    return dict(logit_absmax=float(logits.float().abs().max()), logits_finite=bool(torch.isfinite(logits).all()),
-                grad_norm=float(sq.sqrt()), nonfinite_grads=bad[:4])
+    return dict(
+        logit_absmax=float(logits.float().abs().max()),
+        logits_finite=bool(torch.isfinite(logits).all()),
+        grad_norm=float(sq.sqrt()),
+        nonfinite_grads=bad[:4],
+    )
 
 
 def train(model, batches, args, device):
     from colossalai.booster import Booster
 
     plugin = make_plugin(args)
-    plugin.shard_config.parallel_output = bool(args.parallel_output)  # read when the model is sharded
+    plugin.shard_config.parallel_output = bool(
+        args.parallel_output
+    )  # read when the model is sharded
     booster = Booster(plugin=plugin)
     mesh = plugin.pg_mesh
     dp_rank, dp_size = mesh.coordinate(plugin.dp_axis), mesh.size(plugin.dp_axis)
@@ -101,8 +109,13 @@ def train(model, batches, args, device):
     if dp_size > 1:  # the mean over data-parallel replicas, on the last stage
         dist.all_reduce(values, group=mesh.get_group_along_axis(plugin.dp_axis))
         values /= dp_size
-    layout = dict(dp=int(dp_size), tp=int(plugin.tp_size), pp=int(plugin.pp_size), sp=int(plugin.sp_size),
-                  last_stage=last_stage)  # plain ints: numpy integers are not JSON
+    layout = dict(
+        dp=int(dp_size),
+        tp=int(plugin.tp_size),
+        pp=int(plugin.pp_size),
+        sp=int(plugin.sp_size),
+        last_stage=last_stage,
+    )  # plain ints: numpy integers are not JSON
     del model, opt, booster
     return values.tolist(), seconds, layout, watched, plugin
 
@@ -112,7 +125,9 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser()
     for flag in ("--tp", "--pp", "--sp"):
         p.add_argument(flag, type=int, default=1)
-    p.add_argument("--sp_mode", choices=["split_gather", "ring", "all_to_all", "ring_attn"], default=None)
+    p.add_argument(
+        "--sp_mode", choices=["split_gather", "ring", "all_to_all", "ring_attn"], default=None
+    )
     p.add_argument("--zero", type=int, default=0)
     p.add_argument("--mbs", type=int, default=1, help="pipeline micro-batch size (pp > 1)")
     p.add_argument("--precision", choices=list(DTYPES), default="bf16")
@@ -121,12 +136,20 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--seq", type=int, default=1024)
     p.add_argument("--steps", type=int, default=12)
     p.add_argument("--warmup", type=int, default=2, help="untimed first steps")
-    p.add_argument("--ref_steps", type=int, default=4, help="steps compared with the single-GPU reference")
+    p.add_argument(
+        "--ref_steps", type=int, default=4, help="steps compared with the single-GPU reference"
+    )
     p.add_argument("--lr", type=float, default=3e-4)
     p.add_argument("--optim", choices=["adamw", "hybrid_adam"], default="adamw")
-    p.add_argument("--repeat", action="store_true", help="train on batch 0 every step (memorisation)")
-    p.add_argument("--watch", action="store_true", help="record logit/gradient health every step (pp=1)")
-    p.add_argument("--parallel_output", type=int, default=1, help="0: gather the vocab-parallel logits")
+    p.add_argument(
+        "--repeat", action="store_true", help="train on batch 0 every step (memorisation)"
+    )
+    p.add_argument(
+        "--watch", action="store_true", help="record logit/gradient health every step (pp=1)"
+    )
+    p.add_argument(
+        "--parallel_output", type=int, default=1, help="0: gather the vocab-parallel logits"
+    )
     return p
 
 
@@ -134,41 +157,76 @@ def main() -> None:
     args = parser().parse_args()
     with distributed(timeout_s=300) as env:
         if not env.is_gpu:
-            raise SystemExit("HybridParallelPlugin needs one CUDA GPU per rank in Colossal-AI 0.5.0 "
-                             "(on CPU: CpuAccelerator.get_rng_state is missing, upstream issue #5211)")
+            raise SystemExit(
+                "HybridParallelPlugin needs one CUDA GPU per rank in Colossal-AI 0.5.0 "
+                "(on CPU: CpuAccelerator.get_rng_state is missing, upstream issue #5211)"
+            )
         torch.backends.cuda.matmul.allow_tf32 = False
-        local = args.batch // max(1, env.world_size // (args.tp * args.pp * (args.sp if args.sp_mode in
-                                                                            ("all_to_all", "ring_attn") else 1)))
+        local = args.batch // max(
+            1,
+            env.world_size
+            // (
+                args.tp * args.pp * (args.sp if args.sp_mode in ("all_to_all", "ring_attn") else 1)
+            ),
+        )
         args.microbatches = max(1, local // args.mbs)
         config = llama_config(**PRESETS[args.preset], max_seq=args.seq, attn="eager")
-        with torch.device(env.device):  # same seed, same device type: identical weights on every rank
+        with torch.device(
+            env.device
+        ):  # same seed, same device type: identical weights on every rank
             model = build_llama(config)
-        batches = [token_batch(0 if args.repeat else k, args.batch, args.seq, config.vocab_size)
-                   for k in range(args.steps)]
+        batches = [
+            token_batch(0 if args.repeat else k, args.batch, args.seq, config.vocab_size)
+            for k in range(args.steps)
+        ]
         reference = []
         if args.ref_steps:
-            on_device = [{k: v.to(env.device) for k, v in b.items()} for b in batches[:args.ref_steps]]
-            reference = train_reference_mixed(copy.deepcopy(model), on_device, args.lr, DTYPES[args.precision])
+            on_device = [
+                {k: v.to(env.device) for k, v in b.items()} for b in batches[: args.ref_steps]
+            ]
+            reference = train_reference_mixed(
+                copy.deepcopy(model), on_device, args.lr, DTYPES[args.precision]
+            )
             del on_device
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats(env.device)
         losses, seconds, layout, watched, plugin = train(model, batches, args, env.device)
         tokens_per_s = args.batch * args.seq / seconds
-        result = dict(layout=layout, precision=args.precision, sp_mode=args.sp_mode, zero=args.zero, mbs=args.mbs,
-                      preset=args.preset, params=llama_params(config), batch=args.batch, seq=args.seq,
-                      steps=args.steps, optim=args.optim, repeat=args.repeat, parallel_output=bool(args.parallel_output),
-                      gpus=env.world_size, gpu=torch.cuda.get_device_name(env.device),
-                      seconds_per_step=round(seconds, 4), tokens_per_s=round(tokens_per_s),
-                      mfu=round(mfu(config, args.seq, tokens_per_s, env.world_size), 4),
-                      peak_mib=round(torch.cuda.max_memory_allocated(env.device) / 2**20, 1))
+        result = dict(
+            layout=layout,
+            precision=args.precision,
+            sp_mode=args.sp_mode,
+            zero=args.zero,
+            mbs=args.mbs,
+            preset=args.preset,
+            params=llama_params(config),
+            batch=args.batch,
+            seq=args.seq,
+            steps=args.steps,
+            optim=args.optim,
+            repeat=args.repeat,
+            parallel_output=bool(args.parallel_output),
+            gpus=env.world_size,
+            gpu=torch.cuda.get_device_name(env.device),
+            seconds_per_step=round(seconds, 4),
+            tokens_per_s=round(tokens_per_s),
+            mfu=round(mfu(config, args.seq, tokens_per_s, env.world_size), 4),
+            peak_mib=round(torch.cuda.max_memory_allocated(env.device) / 2**20, 1),
+        )
         if layout["last_stage"]:
             diffs = [abs(a - b) for a, b in zip(losses, reference)]
-            result.update(losses=[round(x, 4) for x in losses], reference=[round(x, 4) for x in reference],
-                          max_diff=max(diffs) if diffs else None, finite=all(x == x and abs(x) != float("inf")
-                                                                              for x in losses), watch=watched)
-            say(f"{layout} {args.precision}: loss {losses[0]:.3f} → {losses[-1]:.3f}, reference "
+            result.update(
+                losses=[round(x, 4) for x in losses],
+                reference=[round(x, 4) for x in reference],
+                max_diff=max(diffs) if diffs else None,
+                finite=all(x == x and abs(x) != float("inf") for x in losses),
+                watch=watched,
+            )
+            say(
+                f"{layout} {args.precision}: loss {losses[0]:.3f} → {losses[-1]:.3f}, reference "
                 f"{reference[:1]} → {reference[-1:]}, {tokens_per_s:,.0f} tokens/s, MFU {result['mfu']:.1%}, "
-                f"peak {result['peak_mib']:,.0f} MiB")
+                f"peak {result['peak_mib']:,.0f} MiB"
+            )
         emit(**result)
         del plugin
 

@@ -33,11 +33,21 @@ from helpers.models.llama import shard_batch, token_batch
 def mixtral(layers: int, hidden: int, experts: int, vocab: int, seq: int, device):
     from transformers import MixtralConfig, MixtralForCausalLM
 
-    config = MixtralConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden,
-                           num_hidden_layers=layers, num_attention_heads=16, num_key_value_heads=8,
-                           num_local_experts=experts, num_experts_per_tok=2, max_position_embeddings=seq,
-                           tie_word_embeddings=False, attn_implementation="eager", use_cache=False,
-                           output_router_logits=False)
+    config = MixtralConfig(
+        vocab_size=vocab,
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=16,
+        num_key_value_heads=8,
+        num_local_experts=experts,
+        num_experts_per_tok=2,
+        max_position_embeddings=seq,
+        tie_word_embeddings=False,
+        attn_implementation="eager",
+        use_cache=False,
+        output_router_logits=False,
+    )
     torch.manual_seed(0)
     with torch.device(device):
         return config, MixtralForCausalLM(config)
@@ -68,30 +78,47 @@ def main() -> None:
     args = parser().parse_args()
     with distributed(timeout_s=300) as env:
         if not env.is_gpu:
-            raise SystemExit("MoeHybridParallelPlugin needs CUDA GPUs (ZeRO, bf16) in Colossal-AI 0.5.0")
+            raise SystemExit(
+                "MoeHybridParallelPlugin needs CUDA GPUs (ZeRO, bf16) in Colossal-AI 0.5.0"
+            )
         from colossalai.booster import Booster
         from colossalai.booster.plugin import MoeHybridParallelPlugin
 
         config, model = mixtral(args.layers, args.hidden, args.experts, 32000, args.seq, env.device)
         total, experts_total = sum(p.numel() for p in model.parameters()), expert_params(model)
-        batches = [token_batch(k, args.batch, args.seq, config.vocab_size) for k in range(args.steps)]
-        on_device = [{k: v.to(env.device) for k, v in b.items()} for b in batches[:args.ref_steps]]
-        reference = train_reference_mixed(copy.deepcopy(model), on_device, args.lr, DTYPES[args.precision])
+        batches = [
+            token_batch(k, args.batch, args.seq, config.vocab_size) for k in range(args.steps)
+        ]
+        on_device = [{k: v.to(env.device) for k, v in b.items()} for b in batches[: args.ref_steps]]
+        reference = train_reference_mixed(
+            copy.deepcopy(model), on_device, args.lr, DTYPES[args.precision]
+        )
         del on_device
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats(env.device)
-        plugin = MoeHybridParallelPlugin(tp_size=1, pp_size=1, ep_size=args.ep, zero_stage=args.zero,
-                                         precision=args.precision, max_norm=0.0)
+        plugin = MoeHybridParallelPlugin(
+            tp_size=1,
+            pp_size=1,
+            ep_size=args.ep,
+            zero_stage=args.zero,
+            precision=args.precision,
+            max_norm=0.0,
+        )
         booster = Booster(plugin=plugin)
         dp_size = plugin.dp_size
-        model, opt, _, _, _ = booster.boost(model, torch.optim.AdamW(model.parameters(), lr=args.lr))
+        model, opt, _, _, _ = booster.boost(
+            model, torch.optim.AdamW(model.parameters(), lr=args.lr)
+        )
         local_experts = expert_params(model)  # after sharding: this rank's share of the experts
         losses, start = [], None
         for k, full in enumerate(batches):
             if k == 2:
                 sync(env.device)
                 start = time.perf_counter()
-            batch = {n: t.to(env.device) for n, t in shard_batch(full, env.rank % dp_size, dp_size).items()}
+            batch = {
+                n: t.to(env.device)
+                for n, t in shard_batch(full, env.rank % dp_size, dp_size).items()
+            }
             loss = model(**batch).loss
             booster.backward(loss, opt)
             opt.step()
@@ -104,18 +131,35 @@ def main() -> None:
         values = (values / env.world_size).tolist()
         diffs = [abs(a - b) for a, b in zip(values, reference)]
         tokens_per_s = args.batch * args.seq / seconds
-        result = dict(ep=args.ep, dp=int(dp_size), moe_dp=int(plugin.moe_dp_size), zero=int(plugin.zero_stage),
-                      precision=args.precision, experts=args.experts, layers=args.layers, hidden=args.hidden,
-                      params=total, expert_params=experts_total, local_expert_params=local_experts,
-                      batch=args.batch, seq=args.seq, steps=args.steps, tokens_per_s=round(tokens_per_s),
-                      seconds_per_step=round(seconds, 4),
-                      peak_mib=round(torch.cuda.max_memory_allocated(env.device) / 2**20, 1),
-                      losses=[round(x, 4) for x in values], reference=[round(x, 4) for x in reference],
-                      max_diff=max(diffs), gpu=torch.cuda.get_device_name(env.device))
+        result = dict(
+            ep=args.ep,
+            dp=int(dp_size),
+            moe_dp=int(plugin.moe_dp_size),
+            zero=int(plugin.zero_stage),
+            precision=args.precision,
+            experts=args.experts,
+            layers=args.layers,
+            hidden=args.hidden,
+            params=total,
+            expert_params=experts_total,
+            local_expert_params=local_experts,
+            batch=args.batch,
+            seq=args.seq,
+            steps=args.steps,
+            tokens_per_s=round(tokens_per_s),
+            seconds_per_step=round(seconds, 4),
+            peak_mib=round(torch.cuda.max_memory_allocated(env.device) / 2**20, 1),
+            losses=[round(x, 4) for x in values],
+            reference=[round(x, 4) for x in reference],
+            max_diff=max(diffs),
+            gpu=torch.cuda.get_device_name(env.device),
+        )
         if env.rank == 0:
-            say(f"Mixtral ep={args.ep} dp={dp_size} zero={plugin.zero_stage}: loss {values[0]:.3f} → {values[-1]:.3f} "
+            say(
+                f"Mixtral ep={args.ep} dp={dp_size} zero={plugin.zero_stage}: loss {values[0]:.3f} → {values[-1]:.3f} "
                 f"(reference {reference[0]:.3f} → {reference[-1]:.3f}), {tokens_per_s:,.0f} tokens/s, "
-                f"peak {result['peak_mib']:,.0f} MiB, experts held {local_experts:,} of {experts_total:,}")
+                f"peak {result['peak_mib']:,.0f} MiB, experts held {local_experts:,} of {experts_total:,}"
+            )
             emit(**result)
         del model, opt, booster
         del plugin

@@ -55,8 +55,10 @@ def main() -> None:
         ep_groups, dp_groups = expert_data_grid(env.world_size, env.world_size // args.dp)
         ep = len(ep_groups[0])
         if env.world_size != ep * args.dp or args.experts % ep:
-            raise ValueError(f"{env.world_size} ranks, --dp {args.dp}, {args.experts} experts: need world = dp·ep "
-                             "and experts divisible by ep")
+            raise ValueError(
+                f"{env.world_size} ranks, --dp {args.dp}, {args.experts} experts: need world = dp·ep "
+                "and experts divisible by ep"
+            )
         ep_rank, dp_rank = env.rank % ep, env.rank // ep
         # every rank creates every group, in the same order (torch.distributed requires it)
         ep_group = [dist.new_group(g) for g in ep_groups][dp_rank]
@@ -78,29 +80,59 @@ def main() -> None:
         router = full.router.detach().clone().requires_grad_()
         w_in = full.w_in.detach()[mine].clone().requires_grad_()  # (E/ep, h, f): my experts only
         w_out = full.w_out.detach()[mine].clone().requires_grad_()
-        out, routing, aux = expert_parallel_forward(x, router, w_in, w_out, args.k, args.capacity_factor, ep_group)
+        out, routing, aux = expert_parallel_forward(
+            x, router, w_in, w_out, args.k, args.capacity_factor, ep_group
+        )
         objective(out, aux, env.rank).backward()
         dist.all_reduce(router.grad)  # replicated on every rank: average over all of them
         router.grad /= env.world_size
-        for w in (w_in, w_out):  # summed over the ep group by the all-to-all: / ep, then average over dp
+        for w in (
+            w_in,
+            w_out,
+        ):  # summed over the ep group by the all-to-all: / ep, then average over dp
             w.grad /= ep
             dist.all_reduce(w.grad, group=dp_group)
             w.grad /= args.dp
 
-        diffs = dict(output=max_abs_diff(out, ref_out), router_grad=max_abs_diff(router.grad, ref_grads["router"]),
-                     w_in_grad=max_abs_diff(w_in.grad, ref_grads["w_in"][mine]),
-                     w_out_grad=max_abs_diff(w_out.grad, ref_grads["w_out"][mine]))
-        assert torch.equal(routing.expert, ref_routing.expert) and torch.equal(routing.kept, ref_routing.kept)
+        diffs = dict(
+            output=max_abs_diff(out, ref_out),
+            router_grad=max_abs_diff(router.grad, ref_grads["router"]),
+            w_in_grad=max_abs_diff(w_in.grad, ref_grads["w_in"][mine]),
+            w_out_grad=max_abs_diff(w_out.grad, ref_grads["w_out"][mine]),
+        )
+        assert torch.equal(routing.expert, ref_routing.expert) and torch.equal(
+            routing.kept, ref_routing.kept
+        )
         for name, d in diffs.items():
-            assert d < 1e-4, f"expert-parallel {name} differs from the single-process layer by {d:.2e}"
-        routed, kept = routing.routed_per_expert(args.experts), routing.kept_per_expert(args.experts)
-        say(f"rank {env.rank} (dp {dp_rank}, ep {ep_rank}): experts {mine.start}-{mine.stop - 1}, capacity "
-            f"{routing.capacity}, routed {routed.tolist()}, kept {kept.tolist()}, max diff {max(diffs.values()):.1e}")
-        emit(experts=args.experts, k=args.k, ep=ep, dp=args.dp, ep_rank=ep_rank, dp_rank=dp_rank,
-             tokens=args.tokens, capacity=routing.capacity, capacity_factor=args.capacity_factor,
-             local_experts=list(range(mine.start, mine.stop)), routed=routed.tolist(), kept=kept.tolist(),
-             dropped=int((~routing.kept).sum()), balance_loss=round(aux.item(), 4), diffs=diffs,
-             backend=env.backend)
+            assert d < 1e-4, (
+                f"expert-parallel {name} differs from the single-process layer by {d:.2e}"
+            )
+        routed, kept = (
+            routing.routed_per_expert(args.experts),
+            routing.kept_per_expert(args.experts),
+        )
+        say(
+            f"rank {env.rank} (dp {dp_rank}, ep {ep_rank}): experts {mine.start}-{mine.stop - 1}, capacity "
+            f"{routing.capacity}, routed {routed.tolist()}, kept {kept.tolist()}, max diff {max(diffs.values()):.1e}"
+        )
+        emit(
+            experts=args.experts,
+            k=args.k,
+            ep=ep,
+            dp=args.dp,
+            ep_rank=ep_rank,
+            dp_rank=dp_rank,
+            tokens=args.tokens,
+            capacity=routing.capacity,
+            capacity_factor=args.capacity_factor,
+            local_experts=list(range(mine.start, mine.stop)),
+            routed=routed.tolist(),
+            kept=kept.tolist(),
+            dropped=int((~routing.kept).sum()),
+            balance_loss=round(aux.item(), 4),
+            diffs=diffs,
+            backend=env.backend,
+        )
 
 
 if __name__ == "__main__":

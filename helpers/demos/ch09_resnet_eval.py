@@ -39,7 +39,9 @@ def main() -> None:
     model.load_state_dict(state)
     _, test_set = datasets(args.data)
     acc = accuracy(model, test_set, device)
-    say(f"Accuracy of the model on the {len(test_set)} test images after epoch {args.epoch}: {acc * 100:.2f} %")
+    say(
+        f"Accuracy of the model on the {len(test_set)} test images after epoch {args.epoch}: {acc * 100:.2f} %"
+    )
     emit(epoch=args.epoch, accuracy=round(acc, 4), data=args.data, test_images=len(test_set))
 
 

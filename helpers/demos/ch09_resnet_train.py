@@ -43,8 +43,10 @@ def make_booster(name: str, is_gpu: bool):
     from colossalai.booster.plugin import GeminiPlugin, LowLevelZeroPlugin, TorchDDPPlugin
 
     if not is_gpu and name != "torch_ddp":
-        raise SystemExit(f"plugin {name} needs CUDA GPUs in Colossal-AI 0.5.0 (fp16, ZeRO and Gemini have no CPU "
-                         "path); on the CPU use -p torch_ddp")
+        raise SystemExit(
+            f"plugin {name} needs CUDA GPUs in Colossal-AI 0.5.0 (fp16, ZeRO and Gemini have no CPU "
+            "path); on the CPU use -p torch_ddp"
+        )
     kwargs = {"mixed_precision": "fp16"} if name == "torch_ddp_fp16" else {}
     if name.startswith("torch_ddp"):
         plugin = TorchDDPPlugin()
@@ -66,7 +68,9 @@ def local_batchnorm_on_cpu(is_gpu: bool):
         yield
         return
     original = torch.nn.SyncBatchNorm.convert_sync_batchnorm
-    torch.nn.SyncBatchNorm.convert_sync_batchnorm = staticmethod(lambda module, process_group=None: module)
+    torch.nn.SyncBatchNorm.convert_sync_batchnorm = staticmethod(
+        lambda module, process_group=None: module
+    )
     try:
         yield
     finally:
@@ -119,7 +123,12 @@ def train_epoch(model, optimizer, criterion, loader, booster, device) -> tuple[f
         booster.backward(loss, optimizer)
         optimizer.step()
         optimizer.zero_grad()
-        total += torch.stack([loss.detach().double() * len(labels), torch.tensor(len(labels), device=device).double()])
+        total += torch.stack(
+            [
+                loss.detach().double() * len(labels),
+                torch.tensor(len(labels), device=device).double(),
+            ]
+        )
     sync(device)
     seconds = time.perf_counter() - start
     dist.all_reduce(total)
@@ -128,17 +137,31 @@ def train_epoch(model, optimizer, criterion, loader, booster, device) -> tuple[f
 
 def parser() -> argparse.ArgumentParser:
     """The command line (the recorder's tests parse its run lists with it)."""
-    p = argparse.ArgumentParser(prog="python -m helpers.demos.ch09_resnet_train", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(
+        prog="python -m helpers.demos.ch09_resnet_train", description=__doc__.split("\n")[0]
+    )
     p.add_argument("-p", "--plugin", choices=PLUGINS, default="torch_ddp")
-    p.add_argument("-r", "--resume", type=int, default=-1, help="epoch to resume from (-1: start afresh)")
+    p.add_argument(
+        "-r", "--resume", type=int, default=-1, help="epoch to resume from (-1: start afresh)"
+    )
     p.add_argument("-c", "--checkpoint", default="./checkpoint", help="checkpoint folder")
     p.add_argument("-i", "--interval", type=int, default=5, help="save every N epochs (0: never)")
-    p.add_argument("--target_acc", type=float, default=None, help="fail if the final test accuracy is lower")
-    p.add_argument("--data", choices=("digits", "cifar10"), default="cifar10",
-                   help="cifar10 from $DATA (the example's), or scikit-learn's handwritten digits")
+    p.add_argument(
+        "--target_acc", type=float, default=None, help="fail if the final test accuracy is lower"
+    )
+    p.add_argument(
+        "--data",
+        choices=("digits", "cifar10"),
+        default="cifar10",
+        help="cifar10 from $DATA (the example's), or scikit-learn's handwritten digits",
+    )
     p.add_argument("--epochs", type=int, default=80, help="the example's NUM_EPOCHS")
-    p.add_argument("--optim", choices=("hybrid_adam", "adam"), default=None,
-                   help="default: hybrid_adam on GPUs (the example's), adam on the CPU")
+    p.add_argument(
+        "--optim",
+        choices=("hybrid_adam", "adam"),
+        default=None,
+        help="default: hybrid_adam on GPUs (the example's), adam on the CPU",
+    )
     return p
 
 
@@ -153,8 +176,12 @@ def main() -> None:
         lr = LEARNING_RATE * coordinator.world_size  # old_gpu_num / old_lr = new_gpu_num / new_lr
         plugin, booster = make_booster(args.plugin, env.is_gpu)
         train_set, test_set = datasets(args.data)
-        train_loader = plugin.prepare_dataloader(train_set, batch_size=BATCH_SIZE, shuffle=True, drop_last=True)
-        test_loader = plugin.prepare_dataloader(test_set, batch_size=BATCH_SIZE, shuffle=False, drop_last=False)
+        train_loader = plugin.prepare_dataloader(
+            train_set, batch_size=BATCH_SIZE, shuffle=True, drop_last=True
+        )
+        test_loader = plugin.prepare_dataloader(
+            test_set, batch_size=BATCH_SIZE, shuffle=False, drop_last=False
+        )
         model = model_for(args.data).to(env.device)
         optim_name = args.optim or ("hybrid_adam" if env.is_gpu else "adam")
         optimizer = make_optimizer(model.parameters(), lr, optim_name)
@@ -162,41 +189,64 @@ def main() -> None:
         scheduler = MultiStepLR(optimizer, milestones=milestones, gamma=1 / 3)
         criterion = nn.CrossEntropyLoss()
         with local_batchnorm_on_cpu(env.is_gpu):
-            model, optimizer, criterion, _, scheduler = booster.boost(model, optimizer, criterion=criterion,
-                                                                      lr_scheduler=scheduler)
+            model, optimizer, criterion, _, scheduler = booster.boost(
+                model, optimizer, criterion=criterion, lr_scheduler=scheduler
+            )
         if args.interval > 0:
             os.makedirs(args.checkpoint, exist_ok=True)
         start_epoch = 0
         if args.resume >= 0:
             booster.load_model(model, f"{args.checkpoint}/model_{args.resume}.pth")
             booster.load_optimizer(optimizer, f"{args.checkpoint}/optimizer_{args.resume}.pth")
-            booster.load_lr_scheduler(scheduler, f"{args.checkpoint}/lr_scheduler_{args.resume}.pth")
+            booster.load_lr_scheduler(
+                scheduler, f"{args.checkpoint}/lr_scheduler_{args.resume}.pth"
+            )
             start_epoch = args.resume
         losses, speeds = [], []
         for epoch in range(start_epoch, args.epochs):
-            train_loader.sampler.set_epoch(epoch)  # a new shuffle each epoch, the same on every rank
-            loss, speed = train_epoch(model, optimizer, criterion, train_loader, booster, env.device)
+            train_loader.sampler.set_epoch(
+                epoch
+            )  # a new shuffle each epoch, the same on every rank
+            loss, speed = train_epoch(
+                model, optimizer, criterion, train_loader, booster, env.device
+            )
             scheduler.step()
             losses.append(loss)
             speeds.append(speed)
             if coordinator.is_master():
-                say(f"epoch {epoch + 1}/{args.epochs}: loss {loss:.4f}, lr {scheduler.get_last_lr()[0]:.2e}")
+                say(
+                    f"epoch {epoch + 1}/{args.epochs}: loss {loss:.4f}, lr {scheduler.get_last_lr()[0]:.2e}"
+                )
             if args.interval > 0 and (epoch + 1) % args.interval == 0:
                 booster.save_model(model, f"{args.checkpoint}/model_{epoch + 1}.pth")
                 booster.save_optimizer(optimizer, f"{args.checkpoint}/optimizer_{epoch + 1}.pth")
-                booster.save_lr_scheduler(scheduler, f"{args.checkpoint}/lr_scheduler_{epoch + 1}.pth")
+                booster.save_lr_scheduler(
+                    scheduler, f"{args.checkpoint}/lr_scheduler_{epoch + 1}.pth"
+                )
         accuracy = evaluate(model, test_loader, env.device, len(test_set))
         if coordinator.is_master():
             say(f"Accuracy of the model on the {len(test_set)} test images: {accuracy * 100:.2f} %")
             memory = torch.cuda.max_memory_allocated(env.device) / 2**20 if env.is_gpu else 0.0
-            emit(plugin=args.plugin, data=args.data, world_size=env.world_size, epochs=args.epochs,
-                 start_epoch=start_epoch, lr=lr, optimizer=optim_name, milestones=milestones,
-                 losses=[round(x, 4) for x in losses], accuracy=round(accuracy, 4),
-                 images_per_s=round(steady_mean(speeds)),
-                 peak_mib=round(memory, 1), backend=env.backend,
-                 sync_batchnorm=any(isinstance(m, torch.nn.SyncBatchNorm) for m in model.modules()))
+            emit(
+                plugin=args.plugin,
+                data=args.data,
+                world_size=env.world_size,
+                epochs=args.epochs,
+                start_epoch=start_epoch,
+                lr=lr,
+                optimizer=optim_name,
+                milestones=milestones,
+                losses=[round(x, 4) for x in losses],
+                accuracy=round(accuracy, 4),
+                images_per_s=round(steady_mean(speeds)),
+                peak_mib=round(memory, 1),
+                backend=env.backend,
+                sync_batchnorm=any(isinstance(m, torch.nn.SyncBatchNorm) for m in model.modules()),
+            )
         if args.target_acc is not None:
-            assert accuracy >= args.target_acc, f"Accuracy {accuracy} is lower than target accuracy {args.target_acc}"
+            assert accuracy >= args.target_acc, (
+                f"Accuracy {accuracy} is lower than target accuracy {args.target_acc}"
+            )
         del model, optimizer, booster  # known-facts: free the DDP reducer before the teardown
         dist.barrier()
 

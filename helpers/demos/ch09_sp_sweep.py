@@ -31,15 +31,26 @@ def sweep_plugin(tp: int, sp: int, sp_mode: str | None):
     """bf16, no ZeRO; sp_size only where the mode has its own axis (all_to_all, ring_attn)."""
     from colossalai.booster.plugin import HybridParallelPlugin
 
-    return HybridParallelPlugin(tp_size=tp, pp_size=1, sp_size=sp if sp_mode in ("all_to_all", "ring_attn") else None,
-                                enable_sequence_parallelism=sp_mode is not None, sequence_parallelism_mode=sp_mode,
-                                precision="bf16", zero_stage=0, max_norm=0.0)
+    return HybridParallelPlugin(
+        tp_size=tp,
+        pp_size=1,
+        sp_size=sp if sp_mode in ("all_to_all", "ring_attn") else None,
+        enable_sequence_parallelism=sp_mode is not None,
+        sequence_parallelism_mode=sp_mode,
+        precision="bf16",
+        zero_stage=0,
+        max_norm=0.0,
+    )
 
 
 def out_of_memory(e: BaseException) -> bool:
     """torch's OutOfMemoryError, or a library's allocation failure reported as a RuntimeError."""
     text = str(e)
-    return isinstance(e, torch.cuda.OutOfMemoryError) or "out of memory" in text or "ALLOC_FAILED" in text
+    return (
+        isinstance(e, torch.cuda.OutOfMemoryError)
+        or "out of memory" in text
+        or "ALLOC_FAILED" in text
+    )
 
 
 def steps_at(model, booster, opt, seq: int, steps: int, vocab: int, device) -> float:
@@ -63,7 +74,9 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser()
     p.add_argument("--tp", type=int, default=1)
     p.add_argument("--sp", type=int, default=1)
-    p.add_argument("--sp_mode", choices=["split_gather", "ring", "all_to_all", "ring_attn"], default=None)
+    p.add_argument(
+        "--sp_mode", choices=["split_gather", "ring", "all_to_all", "ring_attn"], default=None
+    )
     p.add_argument("--preset", choices=list(PRESETS), default="half")
     p.add_argument("--seqs", default="2048,4096,8192,16384,32768,65536")
     p.add_argument("--steps", type=int, default=3)
@@ -75,7 +88,9 @@ def main() -> None:
     seqs = [int(s) for s in args.seqs.split(",")]
     with distributed(timeout_s=300) as env:
         if not env.is_gpu:
-            raise SystemExit("HybridParallelPlugin needs one CUDA GPU per rank in Colossal-AI 0.5.0")
+            raise SystemExit(
+                "HybridParallelPlugin needs one CUDA GPU per rank in Colossal-AI 0.5.0"
+            )
         from colossalai.booster import Booster
 
         flash = importlib.util.find_spec("flash_attn") is not None
@@ -85,28 +100,54 @@ def main() -> None:
         plugin = sweep_plugin(args.tp, args.sp, args.sp_mode)
         booster = Booster(plugin=plugin)
         model, opt, _, _, _ = booster.boost(model, torch.optim.AdamW(model.parameters(), lr=1e-4))
-        name = f"tp={args.tp}" + (f" sp={args.sp}" if args.sp > 1 else "") + f" {args.sp_mode or 'no SP'}"
+        name = (
+            f"tp={args.tp}"
+            + (f" sp={args.sp}" if args.sp > 1 else "")
+            + f" {args.sp_mode or 'no SP'}"
+        )
         for seq in seqs:
             torch.cuda.empty_cache()
             torch.cuda.reset_peak_memory_stats(env.device)
-            row = dict(layout=name, sp_mode=args.sp_mode, tp=args.tp, sp=args.sp, seq=seq, preset=args.preset,
-                       flash_attn_available=flash)
+            row = dict(
+                layout=name,
+                sp_mode=args.sp_mode,
+                tp=args.tp,
+                sp=args.sp,
+                seq=seq,
+                preset=args.preset,
+                flash_attn_available=flash,
+            )
             try:
-                seconds = steps_at(model, booster, opt, seq, args.steps, config.vocab_size, env.device)
-                row.update(oom=False, tokens_per_s=round(seq / seconds), mfu=round(mfu(config, seq, seq / seconds, env.world_size), 4),
-                           peak_mib=round(torch.cuda.max_memory_allocated(env.device) / 2**20, 1))
+                seconds = steps_at(
+                    model, booster, opt, seq, args.steps, config.vocab_size, env.device
+                )
+                row.update(
+                    oom=False,
+                    tokens_per_s=round(seq / seconds),
+                    mfu=round(mfu(config, seq, seq / seconds, env.world_size), 4),
+                    peak_mib=round(torch.cuda.max_memory_allocated(env.device) / 2**20, 1),
+                )
             except RuntimeError as e:  # torch.cuda.OutOfMemoryError is a RuntimeError
                 if not out_of_memory(e):
                     raise
-                row.update(oom=True, error=str(e).split("\n")[0][:160],
-                           peak_mib=round(torch.cuda.max_memory_allocated(env.device) / 2**20, 1))
+                row.update(
+                    oom=True,
+                    error=str(e).split("\n")[0][:160],
+                    peak_mib=round(torch.cuda.max_memory_allocated(env.device) / 2**20, 1),
+                )
             opt.zero_grad()
             gc.collect()
             torch.cuda.empty_cache()
             dist.barrier()
             if env.rank == 0:
-                say(f"{name} seq {seq}: " + ("out of memory" if row["oom"] else
-                                             f"{row['tokens_per_s']:,} tokens/s, peak {row['peak_mib']:,.0f} MiB"))
+                say(
+                    f"{name} seq {seq}: "
+                    + (
+                        "out of memory"
+                        if row["oom"]
+                        else f"{row['tokens_per_s']:,} tokens/s, peak {row['peak_mib']:,.0f} MiB"
+                    )
+                )
                 emit(**row)
             if row["oom"]:
                 break

@@ -27,7 +27,9 @@ LAYERS, HIDDEN, MICRO, MICRO_BATCH, SEED = 4, 8, 4, 2, 0
 
 def main() -> None:
     strict_fp32()
-    with distributed(backend="gloo") as env:  # a bookkeeping lesson: the same CPU numbers on every machine
+    with distributed(
+        backend="gloo"
+    ) as env:  # a bookkeeping lesson: the same CPU numbers on every machine
         p, r, dev = env.world_size, env.rank, env.device
         first, last = r == 0, r == p - 1
         layers = make_layers(LAYERS, HIDDEN, SEED, dev)
@@ -53,8 +55,13 @@ def main() -> None:
             dist.broadcast(shared, src=p - 1)  # the fix: the last stage tells everyone
             reference = F.mse_loss(run(layers, x), y).item()
         say(f"stage {r}: outputs['loss'] = {local}; after broadcast {shared.item():.6f}")
-        emit(stage=r, last_stage=last, local_loss=local, broadcast_loss=round(shared.item(), 6),
-             reference_loss=round(reference, 6))
+        emit(
+            stage=r,
+            last_stage=last,
+            local_loss=local,
+            broadcast_loss=round(shared.item(), 6),
+            reference_loss=round(reference, 6),
+        )
 
 
 if __name__ == "__main__":

@@ -32,8 +32,12 @@ def main() -> None:
         x = torch.tensor([float(env.rank)], device=env.device)
         dist.all_reduce(x)
         if mode != "silent":
-            emit(sum=float(x.item()), backend=env.backend, device=str(env.device),
-                 cuda_visible=torch.cuda.is_available())
+            emit(
+                sum=float(x.item()),
+                backend=env.backend,
+                device=str(env.device),
+                cuda_visible=torch.cuda.is_available(),
+            )
 
 
 if __name__ == "__main__":

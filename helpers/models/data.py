@@ -51,8 +51,10 @@ def digits_csv() -> Path:
         import sklearn
     except ImportError:
         if not SHIPPED_DIGITS.exists():
-            raise FileNotFoundError(f"the digits need scikit-learn (pip install scikit-learn) or the copy "
-                                    f"{SHIPPED_DIGITS} of its digits.csv.gz") from None
+            raise FileNotFoundError(
+                f"the digits need scikit-learn (pip install scikit-learn) or the copy "
+                f"{SHIPPED_DIGITS} of its digits.csv.gz"
+            ) from None
         return SHIPPED_DIGITS
     return Path(sklearn.__file__).parent / "datasets" / "data" / "digits.csv.gz"
 
@@ -87,7 +89,9 @@ def write_cifar_batch(path: str | Path, images: np.ndarray, labels: np.ndarray) 
     """Write a batch in the CIFAR-10 python format (what the tests use to check the reader)."""
     flat = np.asarray(images, dtype=np.uint8).reshape(len(images), 3072)
     with open(path, "wb") as f:
-        pickle.dump({b"batch_label": b"book", b"data": flat, b"labels": [int(x) for x in labels]}, f)
+        pickle.dump(
+            {b"batch_label": b"book", b"data": flat, b"labels": [int(x) for x in labels]}, f
+        )
 
 
 class Cifar10(Dataset):
@@ -104,9 +108,12 @@ class Cifar10(Dataset):
         if missing:
             raise FileNotFoundError(
                 f"CIFAR-10 is not under {folder} (missing {missing}); this machine cannot download it: copy the "
-                f"extracted cifar-10-python.tar.gz there, or point DATA at the folder that holds {CIFAR_FOLDER}/")
+                f"extracted cifar-10-python.tar.gz there, or point DATA at the folder that holds {CIFAR_FOLDER}/"
+            )
         parts = [read_cifar_batch(folder / n) for n in names]
-        self.images = torch.from_numpy(np.concatenate([p[0] for p in parts]))  # (N, 3, 32, 32) uint8
+        self.images = torch.from_numpy(
+            np.concatenate([p[0] for p in parts])
+        )  # (N, 3, 32, 32) uint8
         self.labels = torch.from_numpy(np.concatenate([p[1] for p in parts]))
         self.augment = augment
         self.mean = torch.tensor(CIFAR_MEAN).view(3, 1, 1)
@@ -120,7 +127,7 @@ class Cifar10(Dataset):
         if self.augment:
             padded = torch.nn.functional.pad(x, (4, 4, 4, 4))
             top, left = torch.randint(0, 9, (2,)).tolist()
-            x = padded[:, top:top + 32, left:left + 32]
+            x = padded[:, top : top + 32, left : left + 32]
             if torch.rand(()) < 0.5:
                 x = x.flip(-1)
         return (x - self.mean) / self.std, self.labels[i]

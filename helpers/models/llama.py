@@ -15,8 +15,15 @@ from __future__ import annotations
 import torch
 
 
-def llama_config(layers: int = 4, hidden: int = 256, heads: int = 8, kv_heads: int | None = None,
-                 vocab: int = 512, max_seq: int = 1024, attn: str = "sdpa"):
+def llama_config(
+    layers: int = 4,
+    hidden: int = 256,
+    heads: int = 8,
+    kv_heads: int | None = None,
+    vocab: int = 512,
+    max_seq: int = 1024,
+    attn: str = "sdpa",
+):
     """A small LlamaConfig (SwiGLU MLP of width ≈ 8/3·h rounded to 64, untied head).
 
     ``attn="eager"`` makes transformers build an explicit causal mask. Colossal-AI 0.5.0's
@@ -28,9 +35,15 @@ def llama_config(layers: int = 4, hidden: int = 256, heads: int = 8, kv_heads: i
 
     ffn = (8 * hidden // 3 + 63) // 64 * 64
     return LlamaConfig(
-        vocab_size=vocab, hidden_size=hidden, intermediate_size=ffn, num_hidden_layers=layers,
-        num_attention_heads=heads, num_key_value_heads=kv_heads or heads,
-        max_position_embeddings=max_seq, tie_word_embeddings=False, attn_implementation=attn,
+        vocab_size=vocab,
+        hidden_size=hidden,
+        intermediate_size=ffn,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads or heads,
+        max_position_embeddings=max_seq,
+        tie_word_embeddings=False,
+        attn_implementation=attn,
         use_cache=False,
     )
 
@@ -43,7 +56,9 @@ def build_llama(config, seed: int = 0, dtype: torch.dtype = torch.float32):
     return LlamaForCausalLM(config).to(dtype)
 
 
-def token_batch(step: int, batch: int, seq: int, vocab: int, seed: int = 1234) -> dict[str, torch.Tensor]:
+def token_batch(
+    step: int, batch: int, seq: int, vocab: int, seed: int = 1234
+) -> dict[str, torch.Tensor]:
     """Global batch ``step``: {'input_ids', 'labels'} of shape (batch, seq), identical on all ranks."""
     g = torch.Generator().manual_seed(seed * 100_003 + step)
     start = torch.randint(0, vocab, (batch, 1), generator=g)
@@ -63,7 +78,12 @@ def shard_batch(batch: dict[str, torch.Tensor], index: int, parts: int) -> dict[
 def llama_params(config) -> int:
     """Parameter count of a Llama model from its config (Chapter 7's count: 4Lh² attention for MHA,
     3·L·h·ffn MLP, 2vh untied embeddings and head, 2h+1 norms per layer plus the final norm)."""
-    h, L, v, f = config.hidden_size, config.num_hidden_layers, config.vocab_size, config.intermediate_size
+    h, L, v, f = (
+        config.hidden_size,
+        config.num_hidden_layers,
+        config.vocab_size,
+        config.intermediate_size,
+    )
     kv = h * config.num_key_value_heads // config.num_attention_heads
     attention = 2 * h * h + 2 * h * kv
     return L * (attention + 3 * h * f + 2 * h) + h + 2 * v * h

@@ -30,8 +30,9 @@ class BasicBlock(nn.Module):
         self.relu = nn.ReLU(inplace=True)
         self.downsample = None
         if stride != 1 or in_channels != channels:
-            self.downsample = nn.Sequential(nn.Conv2d(in_channels, channels, 1, stride, bias=False),
-                                            nn.BatchNorm2d(channels))
+            self.downsample = nn.Sequential(
+                nn.Conv2d(in_channels, channels, 1, stride, bias=False), nn.BatchNorm2d(channels)
+            )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         identity = x if self.downsample is None else self.downsample(x)
@@ -42,21 +43,36 @@ class BasicBlock(nn.Module):
 class ResNet(nn.Module):
     """stem → four stages of BasicBlocks (strides 1, 2, 2, 2) → global average pool → linear."""
 
-    def __init__(self, blocks: tuple[int, ...] = (2, 2, 2, 2), num_classes: int = 10, in_channels: int = 3,
-                 width: int = 64, stem: str = "imagenet"):
+    def __init__(
+        self,
+        blocks: tuple[int, ...] = (2, 2, 2, 2),
+        num_classes: int = 10,
+        in_channels: int = 3,
+        width: int = 64,
+        stem: str = "imagenet",
+    ):
         super().__init__()
         if stem == "imagenet":
-            self.stem = nn.Sequential(nn.Conv2d(in_channels, width, 7, 2, 3, bias=False), nn.BatchNorm2d(width),
-                                      nn.ReLU(inplace=True), nn.MaxPool2d(3, 2, 1))
+            self.stem = nn.Sequential(
+                nn.Conv2d(in_channels, width, 7, 2, 3, bias=False),
+                nn.BatchNorm2d(width),
+                nn.ReLU(inplace=True),
+                nn.MaxPool2d(3, 2, 1),
+            )
         elif stem == "small":
-            self.stem = nn.Sequential(nn.Conv2d(in_channels, width, 3, 1, 1, bias=False), nn.BatchNorm2d(width),
-                                      nn.ReLU(inplace=True))
+            self.stem = nn.Sequential(
+                nn.Conv2d(in_channels, width, 3, 1, 1, bias=False),
+                nn.BatchNorm2d(width),
+                nn.ReLU(inplace=True),
+            )
         else:
             raise ValueError(f"stem must be 'imagenet' or 'small', not {stem!r}")
         stages, channels = [], width
         for i, n in enumerate(blocks):
             out = width * 2**i
-            stages += [BasicBlock(channels, out, stride=1 if i == 0 else 2)] + [BasicBlock(out, out) for _ in range(n - 1)]
+            stages += [BasicBlock(channels, out, stride=1 if i == 0 else 2)] + [
+                BasicBlock(out, out) for _ in range(n - 1)
+            ]
             channels = out
         self.layers = nn.Sequential(*stages)
         self.fc = nn.Linear(channels, num_classes)
@@ -71,7 +87,9 @@ class ResNet(nn.Module):
         return self.fc(x.mean(dim=(2, 3)))  # (b, classes)
 
 
-def resnet18(num_classes: int = 10, in_channels: int = 3, width: int = 64, stem: str = "imagenet") -> ResNet:
+def resnet18(
+    num_classes: int = 10, in_channels: int = 3, width: int = 64, stem: str = "imagenet"
+) -> ResNet:
     """ResNet-18: two BasicBlocks per stage."""
     return ResNet((2, 2, 2, 2), num_classes, in_channels, width, stem)
 

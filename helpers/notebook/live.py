@@ -59,8 +59,12 @@ def _where(ranks: int, gpus: int) -> str:
     return "GPU, NCCL" if rule(ranks, gpus) == "gpu" else "CPU, gloo"
 
 
-def rows(name: str, gpu_only: dict[str, int] | None = None, also: dict[str, int] | None = None,
-         cpu_only: dict[str, int] | None = None) -> list[dict]:
+def rows(
+    name: str,
+    gpu_only: dict[str, int] | None = None,
+    also: dict[str, int] | None = None,
+    cpu_only: dict[str, int] | None = None,
+) -> list[dict]:
     """One row per run: its ranks and where it runs for each of :data:`GPU_COUNTS`.
 
     ``also``: runs a helper launches for the notebook (the rule applies to them too);
@@ -69,13 +73,19 @@ def rows(name: str, gpu_only: dict[str, int] | None = None, also: dict[str, int]
     """
     table = []
     for demo, ranks in [*launches(name), *(also or {}).items()]:
-        table.append({"run": demo, "ranks": ranks,
-                      **{_label(g): _where(ranks, g) for g in GPU_COUNTS}})
+        table.append(
+            {"run": demo, "ranks": ranks, **{_label(g): _where(ranks, g) for g in GPU_COUNTS}}
+        )
     for what, ranks in (cpu_only or {}).items():
         table.append({"run": what, "ranks": ranks, **{_label(g): "CPU, gloo" for g in GPU_COUNTS}})
     for what, ranks in (gpu_only or {}).items():
-        table.append({"run": what, "ranks": ranks,
-                      **{_label(g): "live, GPU" if ranks <= g else "recorded" for g in GPU_COUNTS}})
+        table.append(
+            {
+                "run": what,
+                "ranks": ranks,
+                **{_label(g): "live, GPU" if ranks <= g else "recorded" for g in GPU_COUNTS},
+            }
+        )
     return table
 
 
@@ -83,8 +93,12 @@ def _label(gpus: int) -> str:
     return f"{gpus} GPU" + ("" if gpus == 1 else "s")
 
 
-def show(name: str, gpu_only: dict[str, int] | None = None, also: dict[str, int] | None = None,
-         cpu_only: dict[str, int] | None = None) -> None:
+def show(
+    name: str,
+    gpu_only: dict[str, int] | None = None,
+    also: dict[str, int] | None = None,
+    cpu_only: dict[str, int] | None = None,
+) -> None:
     """Print :func:`rows` for notebook ``name`` (the same text on every machine)."""
     from helpers.record.results import format_table
 
@@ -92,6 +106,8 @@ def show(name: str, gpu_only: dict[str, int] | None = None, also: dict[str, int]
     if not table:
         print("This notebook launches no multi-process run: everything runs in this kernel.")
         return
-    print("Where this notebook's runs happen (the launcher's rule: ranks <= GPUs -> one GPU each "
-          "with NCCL, else every rank on the CPU with gloo):")
+    print(
+        "Where this notebook's runs happen (the launcher's rule: ranks <= GPUs -> one GPU each "
+        "with NCCL, else every rank on the CPU with gloo):"
+    )
     print(format_table(table, ["run", "ranks", *map(_label, GPU_COUNTS)]))

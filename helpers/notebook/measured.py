@@ -26,18 +26,34 @@ def approx_list(values: Iterable[float], fmt: str = ".4f") -> str:
     return "[" + ", ".join(approx(v, fmt) for v in values) + "]"
 
 
-def check(name: str, value: float, *, at_least: float | None = None, at_most: float | None = None,
-          fmt: str = ".3f", unit: str = "", scale: float = 1.0) -> str:
+def check(
+    name: str,
+    value: float,
+    *,
+    at_least: float | None = None,
+    at_most: float | None = None,
+    fmt: str = ".3f",
+    unit: str = "",
+    scale: float = 1.0,
+) -> str:
     """Assert ``at_least <= value <= at_most`` and return the line that states it.
 
     ``scale`` multiplies value and bounds for display only (e.g. 100 for a fraction shown in %).
     """
     if at_least is None and at_most is None:
-        raise ValueError("check() needs at_least, at_most or both: a value without a bound is not a check")
+        raise ValueError(
+            "check() needs at_least, at_most or both: a value without a bound is not a check"
+        )
     if at_least is not None and value < at_least:
-        raise AssertionError(f"{name} = {value:{fmt}}{unit}, below the required {at_least:{fmt}}{unit}")
+        raise AssertionError(
+            f"{name} = {value:{fmt}}{unit}, below the required {at_least:{fmt}}{unit}"
+        )
     if at_most is not None and value > at_most:
-        raise AssertionError(f"{name} = {value:{fmt}}{unit}, above the allowed {at_most:{fmt}}{unit}")
-    bounds = [f"≥ {at_least * scale:g}{unit}" if at_least is not None else "",
-              f"≤ {at_most * scale:g}{unit}" if at_most is not None else ""]
+        raise AssertionError(
+            f"{name} = {value:{fmt}}{unit}, above the allowed {at_most:{fmt}}{unit}"
+        )
+    bounds = [
+        f"≥ {at_least * scale:g}{unit}" if at_least is not None else "",
+        f"≤ {at_most * scale:g}{unit}" if at_most is not None else "",
+    ]
     return f"{name} {approx(value * scale, fmt, unit)} ({' and '.join(b for b in bounds if b)} required)"

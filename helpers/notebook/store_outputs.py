@@ -23,14 +23,21 @@ def store(path: Path, timeout_s: int = 900) -> float:
     nb = nbformat.read(path, as_version=4)
     start = time.monotonic()
     os.environ.pop("MPLBACKEND", None)  # an inherited Agg backend drops every figure
-    NotebookClient(nb, timeout=timeout_s, kernel_name="python3", store_widget_state=True,
-                   resources={"metadata": {"path": str(path.parent)}}).execute()
+    NotebookClient(
+        nb,
+        timeout=timeout_s,
+        kernel_name="python3",
+        store_widget_state=True,
+        resources={"metadata": {"path": str(path.parent)}},
+    ).execute()
     nbformat.write(nb, path)
     return time.monotonic() - start
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("notebooks", nargs="+", type=Path)
     for path in parser.parse_args().notebooks:
         if not path.exists():

@@ -19,15 +19,24 @@ MODELS = {m.name: m for m in (SEED_7B5, LLAMA2_70B, VALIDATION_0B5)}
 COLUMNS = ["layout", "zero", "micro-batch", "m", "recompute", "memory GiB", "step s", "tokens/s"]
 
 
-def planner_summary(model: str = SEED_7B5.name, gpus: int = 32, gpus_per_node: int = 8, memory_gib: float = 80.0,
-                    global_batch: int = 64, mfu: float = 0.4, top: int = 8) -> str:
+def planner_summary(
+    model: str = SEED_7B5.name,
+    gpus: int = 32,
+    gpus_per_node: int = 8,
+    memory_gib: float = 80.0,
+    global_batch: int = 64,
+    mfu: float = 0.4,
+    top: int = 8,
+) -> str:
     """The planner's answer as text: how many layouts, how many fit, the fastest ``top``."""
     m = MODELS[model]
     hw = replace(Hardware(), gpus_per_node=gpus_per_node, memory_gib=memory_gib, mfu=mfu)
     fits, count = plan(m, gpus, global_batch, hw)
-    head = (f"{m.name} ({m.params / 1e9:.2f} B params, seq {m.seq_len}) on {gpus} GPUs "
-            f"({gpus_per_node} per node, {memory_gib:g} GiB each), global batch {global_batch}: "
-            f"{count} layouts, {len(fits)} fit")
+    head = (
+        f"{m.name} ({m.params / 1e9:.2f} B params, seq {m.seq_len}) on {gpus} GPUs "
+        f"({gpus_per_node} per node, {memory_gib:g} GiB each), global batch {global_batch}: "
+        f"{count} layouts, {len(fits)} fit"
+    )
     if not fits:
         return head + "\nnothing fits: add GPUs or memory, or lower the batch"
     rows = [p.row(global_batch * m.seq_len) for p in fits[:top]]
@@ -44,10 +53,14 @@ def planner_calculator():
     return w.interactive(
         show,
         model=w.Dropdown(options=list(MODELS), value=SEED_7B5.name, description="model"),
-        gpus=w.Dropdown(options=[2, 8, 16, 32, 64, 128, 256, 512, 1024], value=32, description="GPUs"),
+        gpus=w.Dropdown(
+            options=[2, 8, 16, 32, 64, 128, 256, 512, 1024], value=32, description="GPUs"
+        ),
         gpus_per_node=w.Dropdown(options=[2, 4, 8], value=8, description="per node"),
         memory_gib=w.Dropdown(options=[24.0, 40.0, 80.0, 141.0], value=80.0, description="GiB/GPU"),
-        global_batch=w.Dropdown(options=[16, 32, 64, 128, 256, 512, 1024], value=64, description="batch"),
+        global_batch=w.Dropdown(
+            options=[16, 32, 64, 128, 256, 512, 1024], value=64, description="batch"
+        ),
         mfu=w.FloatSlider(value=0.4, min=0.2, max=0.6, step=0.05, description="MFU"),
         top=w.fixed(8),
     )

@@ -71,7 +71,9 @@ def route(logits: torch.Tensor, k: int, capacity: int) -> Routing:
     gate = top_p / top_p.sum(dim=-1, keepdim=True)
     # one-hot in priority order: all first choices (token order), then all second choices, ...
     onehot = F.one_hot(top_e.t().reshape(-1), experts)  # (k·T, E)
-    slot_flat = (onehot.cumsum(dim=0) - 1)[torch.arange(k * tokens), top_e.t().reshape(-1)]  # (k·T,)
+    slot_flat = (onehot.cumsum(dim=0) - 1)[
+        torch.arange(k * tokens), top_e.t().reshape(-1)
+    ]  # (k·T,)
     slot = slot_flat.view(k, tokens).t()  # (T, k)
     return Routing(top_e, gate, slot, slot < capacity, probs, capacity)
 
@@ -114,15 +116,24 @@ def expert_data_grid(world_size: int, ep: int) -> tuple[list[list[int]], list[li
     if ep < 1 or world_size % ep:
         raise ValueError(f"{world_size} ranks do not form a grid with ep = {ep}")
     dp = world_size // ep
-    return ([[d * ep + e for e in range(ep)] for d in range(dp)],
-            [[d * ep + e for d in range(dp)] for e in range(ep)])
+    return (
+        [[d * ep + e for e in range(ep)] for d in range(dp)],
+        [[d * ep + e for d in range(dp)] for e in range(ep)],
+    )
 
 
 class MoELayer(nn.Module):
     """Router plus E expert FFNs; the expert weights are stacked so a rank can hold a slice."""
 
-    def __init__(self, hidden: int, ffn: int, experts: int, k: int = 2, capacity_factor: float = 1.0,
-                 seed: int = 0):
+    def __init__(
+        self,
+        hidden: int,
+        ffn: int,
+        experts: int,
+        k: int = 2,
+        capacity_factor: float = 1.0,
+        seed: int = 0,
+    ):
         super().__init__()
         g = torch.Generator().manual_seed(seed)
         self.k, self.capacity_factor, self.experts = k, capacity_factor, experts
@@ -138,8 +149,15 @@ class MoELayer(nn.Module):
         return combine(y, routing), routing, balance_loss(routing)
 
 
-def expert_parallel_forward(x: torch.Tensor, router: torch.Tensor, w_in_local: torch.Tensor,
-                            w_out_local: torch.Tensor, k: int, capacity_factor: float, group=None):
+def expert_parallel_forward(
+    x: torch.Tensor,
+    router: torch.Tensor,
+    w_in_local: torch.Tensor,
+    w_out_local: torch.Tensor,
+    k: int,
+    capacity_factor: float,
+    group=None,
+):
     """The same layer with E/P experts per rank: route locally, all-to-all, run, all-to-all back.
 
     x: this rank's tokens (T, h); router: (h, E), replicated; w_in_local, w_out_local: this rank's

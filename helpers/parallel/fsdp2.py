@@ -24,7 +24,11 @@ class FSDP2Trainer:
     def __init__(self, layout, model, make_optimizer, device, dtype: torch.dtype):
         from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
-        mp = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32) if dtype != torch.float32 else None
+        mp = (
+            MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32)
+            if dtype != torch.float32
+            else None
+        )
         kw = {"mp_policy": mp} if mp else {}
         for layer in model.model.layers:
             fully_shard(layer, **kw)
@@ -35,7 +39,9 @@ class FSDP2Trainer:
 
     def step(self, k: int) -> float:
         full = token_batch(k, self.layout.global_batch, self.layout.seq, self.layout.shape.vocab)
-        batch = {n: t.to(self.device) for n, t in shard_batch(full, self.dp_rank, self.dp_size).items()}
+        batch = {
+            n: t.to(self.device) for n, t in shard_batch(full, self.dp_rank, self.dp_size).items()
+        }
         loss = self.model(**batch).loss
         loss.backward()
         self.opt.step()

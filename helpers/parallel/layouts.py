@@ -40,7 +40,9 @@ SP_MODES = SHARED_SP_MODES + OWN_AXIS_SP_MODES
 _AXIS_WORDS = {"tp": "tensor", "pp": "pipeline", "sp": "sequence"}
 
 
-def factor_parallelism(total_gpus: int, max_tp: int = 8, max_pp: int = 4) -> list[tuple[int, int, int]]:
+def factor_parallelism(
+    total_gpus: int, max_tp: int = 8, max_pp: int = 4
+) -> list[tuple[int, int, int]]:
     """The seed's ``factor_parallelism``, unchanged: every (dp, tp, pp) with dp = G / (tp·pp) whole.
 
     Loops tp = 1..max_tp, then pp = 1..max_pp, so the order is the seed's. It knows nothing about
@@ -70,7 +72,10 @@ def _suggest(world: int, sizes: dict[str, int]) -> str:
         if world % others:
             continue
         fits = _divisors(world // others)
-        near = [max((d for d in fits if d < value), default=None), min((d for d in fits if d > value), default=None)]
+        near = [
+            max((d for d in fits if d < value), default=None),
+            min((d for d in fits if d > value), default=None),
+        ]
         near = [str(d) for d in near if d is not None]
         if near:
             tips.append(f"{_AXIS_WORDS[axis]} {' or '.join(near)}")
@@ -97,18 +102,26 @@ def data_degree(G: int, tp: int, pp: int, sp: int = 1, sp_mode: str | None = Non
             f"sp_size when sequence parallelism is not enabled')"
         )
     if sp_mode is not None and sp_mode not in SP_MODES:
-        raise ValueError(f"unknown sequence parallelism mode {sp_mode!r}; Colossal-AI knows {list(SP_MODES)}")
+        raise ValueError(
+            f"unknown sequence parallelism mode {sp_mode!r}; Colossal-AI knows {list(SP_MODES)}"
+        )
     if sp_mode in SHARED_SP_MODES:
         if tp < 2:
-            raise ValueError(f"{sp_mode} sequence parallelism splits the sequence over the tensor group: it needs tp > 1")
+            raise ValueError(
+                f"{sp_mode} sequence parallelism splits the sequence over the tensor group: it needs tp > 1"
+            )
         if sp not in (1, tp):
-            raise ValueError(f"{sp_mode} reuses the tensor group, so S = T = {tp}; sp={sp} would be ignored")
+            raise ValueError(
+                f"{sp_mode} reuses the tensor group, so S = T = {tp}; sp={sp} would be ignored"
+            )
         sp = 1  # no axis of its own: S does not count in G
     sizes = {"tp": tp, "pp": pp} | ({"sp": sp} if sp > 1 else {})
     model = tp * pp * sp
     if G % model:
         split = " × ".join(f"{_AXIS_WORDS[a]}={v}" for a, v in sizes.items())
-        raise ValueError(f"{G} GPUs cannot be split as {split}: {model} does not divide {G}{_suggest(G, sizes)}")
+        raise ValueError(
+            f"{G} GPUs cannot be split as {split}: {model} does not divide {G}{_suggest(G, sizes)}"
+        )
     return G // model
 
 
@@ -144,11 +157,15 @@ class Layout:
     pp: int = 1
     sp: int = 1
     sp_mode: str | None = None
-    microbatch: int | None = None  # samples per micro-batch (HybridParallelPlugin's microbatch_size)
+    microbatch: int | None = (
+        None  # samples per micro-batch (HybridParallelPlugin's microbatch_size)
+    )
     zero_stage: int = 0
 
     @classmethod
-    def for_world(cls, G: int, tp: int = 1, pp: int = 1, sp: int = 1, sp_mode: str | None = None, **kw) -> "Layout":
+    def for_world(
+        cls, G: int, tp: int = 1, pp: int = 1, sp: int = 1, sp_mode: str | None = None, **kw
+    ) -> "Layout":
         """Derive D from G with :func:`data_degree`."""
         dp = data_degree(G, tp, pp, sp, sp_mode)
         return cls(dp, tp, pp, 1 if sp_mode in SHARED_SP_MODES else sp, sp_mode, **kw)
@@ -165,15 +182,20 @@ class Layout:
     def mesh(self) -> RankMesh:
         """The rank grid HybridParallelPlugin builds, ProcessGroupMesh(dp, pp, tp, sp)."""
         if self.sp_mode == "ring_attn":
-            raise ValueError("ring_attn lays ranks out as (dp, pp, sp, tp), not RankMesh's (dp, pp, tp, sp)")
+            raise ValueError(
+                "ring_attn lays ranks out as (dp, pp, sp, tp), not RankMesh's (dp, pp, tp, sp)"
+            )
         return RankMesh(self.dp, self.pp, self.tp, self.sp)
 
     def plugin_kwargs(self) -> dict:
         """Keyword arguments for ``HybridParallelPlugin`` that build this layout."""
         kw: dict = {"tp_size": self.tp, "pp_size": self.pp, "zero_stage": self.zero_stage}
         if self.sp_mode:
-            kw |= {"enable_sequence_parallelism": True, "sequence_parallelism_mode": self.sp_mode,
-                   "sp_size": self.sp}
+            kw |= {
+                "enable_sequence_parallelism": True,
+                "sequence_parallelism_mode": self.sp_mode,
+                "sp_size": self.sp,
+            }
         if self.microbatch is not None:
             kw["microbatch_size"] = self.microbatch
         return kw
@@ -187,7 +209,9 @@ class Layout:
         return text
 
 
-def violations(layout: Layout, model: ModelShape | None = None, global_batch: int | None = None) -> list[str]:
+def violations(
+    layout: Layout, model: ModelShape | None = None, global_batch: int | None = None
+) -> list[str]:
     """Every reason ``layout`` cannot run (empty when it can); see the module docstring for sources."""
     L, why = layout, []
     if L.sp_mode is not None and L.sp_mode not in SP_MODES:
@@ -199,7 +223,9 @@ def violations(layout: Layout, model: ModelShape | None = None, global_batch: in
     if L.zero_stage not in (0, 1, 2):
         why.append(f"ZeRO stage {L.zero_stage} is not 0, 1 or 2 (HybridParallelPlugin)")
     if L.pp > 1 and L.zero_stage > 1:
-        why.append(f"ZeRO stage {L.zero_stage} with P={L.pp}: the plugin allows only stage 0 or 1 with a pipeline")
+        why.append(
+            f"ZeRO stage {L.zero_stage} with P={L.pp}: the plugin allows only stage 0 or 1 with a pipeline"
+        )
     if L.pp > 1 and L.microbatch is None:
         why.append(f"P={L.pp} needs micro-batches (num_microbatches or microbatch_size)")
     if model is not None:
@@ -218,13 +244,19 @@ def violations(layout: Layout, model: ModelShape | None = None, global_batch: in
     if global_batch is not None and L.microbatch is not None:
         per_step = L.dp * L.microbatch
         if global_batch % per_step:
-            why.append(f"global batch {global_batch} is not divisible by D × micro-batch = {L.dp} × {L.microbatch}")
+            why.append(
+                f"global batch {global_batch} is not divisible by D × micro-batch = {L.dp} × {L.microbatch}"
+            )
         elif L.pp > 1 and global_batch // per_step < L.pp:
-            why.append(f"m={global_batch // per_step} micro-batches per step < P={L.pp} stages (1F1B needs m ≥ P)")
+            why.append(
+                f"m={global_batch // per_step} micro-batches per step < P={L.pp} stages (1F1B needs m ≥ P)"
+            )
     return why
 
 
-def validate(layout: Layout, model: ModelShape | None = None, global_batch: int | None = None) -> Layout:
+def validate(
+    layout: Layout, model: ModelShape | None = None, global_batch: int | None = None
+) -> Layout:
     """Return ``layout`` or raise a ValueError listing every violated rule."""
     why = violations(layout, model, global_batch)
     if why:
@@ -241,8 +273,15 @@ class Search:
 
 
 def feasible_layouts(
-    G: int, model: ModelShape, global_batch: int, microbatch: int = 1, max_tp: int = 8, max_pp: int = 4,
-    sp_modes: tuple[str | None, ...] = (None,), max_sp: int = 8, zero_stage: int = 0,
+    G: int,
+    model: ModelShape,
+    global_batch: int,
+    microbatch: int = 1,
+    max_tp: int = 8,
+    max_pp: int = 4,
+    sp_modes: tuple[str | None, ...] = (None,),
+    max_sp: int = 8,
+    zero_stage: int = 0,
 ) -> Search:
     """Every layout of G GPUs in the seed's enumeration order, split into feasible and rejected.
 

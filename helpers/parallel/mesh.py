@@ -87,7 +87,9 @@ class RankMesh:
         return [{"rank": r, **self.coords(r)} for r in range(self.world_size)]
 
     def __str__(self) -> str:
-        lines = [f"RankMesh(dp={self.dp}, pp={self.pp}, tp={self.tp}, sp={self.sp}), {self.world_size} ranks"]
+        lines = [
+            f"RankMesh(dp={self.dp}, pp={self.pp}, tp={self.tp}, sp={self.sp}), {self.world_size} ranks"
+        ]
         for axis in AXES:
             if getattr(self, axis) > 1:
                 lines.append(f"  {axis} groups: {self.groups(axis)}")

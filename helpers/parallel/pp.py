@@ -18,7 +18,9 @@ def split_layers(num_layers: int, num_stages: int) -> list[list[int]]:
     [[0, 1], [2, 3], [4, 5], [6, 7]]
     """
     if num_stages < 1 or num_layers < 1:
-        raise ValueError(f"need at least one layer and one stage, got L={num_layers}, p={num_stages}")
+        raise ValueError(
+            f"need at least one layer and one stage, got L={num_layers}, p={num_stages}"
+        )
     if num_layers % num_stages:
         raise ValueError(
             f"cannot split L={num_layers} layers into p={num_stages} pipeline stages: "

@@ -27,8 +27,12 @@ def all_to_all(x: torch.Tensor, scatter_dim: int, gather_dim: int, group=None) -
     pieces received (from rank 0, 1, ..., P-1) along ``gather_dim``."""
     world = dist.get_world_size(group)
     if x.shape[scatter_dim] % world:
-        raise ValueError(f"dimension {scatter_dim} of size {x.shape[scatter_dim]} is not divisible by {world} ranks")
-    send = torch.stack(x.chunk(world, dim=scatter_dim)).contiguous()  # (P, ..., n/P, ...): piece i for rank i
+        raise ValueError(
+            f"dimension {scatter_dim} of size {x.shape[scatter_dim]} is not divisible by {world} ranks"
+        )
+    send = torch.stack(
+        x.chunk(world, dim=scatter_dim)
+    ).contiguous()  # (P, ..., n/P, ...): piece i for rank i
     recv = torch.empty_like(send)
     dist.all_to_all_single(recv, send, group=group)  # recv[j] is the piece rank j sent to us
     return torch.cat(recv.unbind(0), dim=gather_dim)
@@ -38,7 +42,9 @@ class AllToAll(torch.autograd.Function):
     """Differentiable all-to-all: the backward is the inverse all-to-all (dims swapped)."""
 
     @staticmethod
-    def forward(ctx, x: torch.Tensor, scatter_dim: int, gather_dim: int, group=None) -> torch.Tensor:
+    def forward(
+        ctx, x: torch.Tensor, scatter_dim: int, gather_dim: int, group=None
+    ) -> torch.Tensor:
         ctx.dims, ctx.group = (scatter_dim, gather_dim), group
         return all_to_all(x, scatter_dim, gather_dim, group)
 

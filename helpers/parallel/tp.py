@@ -74,15 +74,20 @@ def shard(t: torch.Tensor, dim: int, rank: int, world_size: int) -> torch.Tensor
 
 # --- Megatron MLP blocks as plain tensors (Chapter 2's 3-D demo, helpers/demos/ch02_3d.py) ----------
 
+
 def mlp_blocks(layers: int, hidden: int, seed: int, device) -> list[dict[str, torch.Tensor]]:
     """Chapter 2's 3-D demo: an unsplit stack of Megatron MLP blocks, A (h, 4h), a (4h,), B (4h, h), b (h,); same on every rank."""
     gen = torch.Generator().manual_seed(seed)
     blocks = []
     for _ in range(layers):
-        blocks.append({"A": torch.randn(hidden, 4 * hidden, generator=gen) / hidden**0.5,
-                       "a": torch.randn(4 * hidden, generator=gen) * 0.1,
-                       "B": torch.randn(4 * hidden, hidden, generator=gen) / (4 * hidden) ** 0.5,
-                       "b": torch.randn(hidden, generator=gen) * 0.1})
+        blocks.append(
+            {
+                "A": torch.randn(hidden, 4 * hidden, generator=gen) / hidden**0.5,
+                "a": torch.randn(4 * hidden, generator=gen) * 0.1,
+                "B": torch.randn(4 * hidden, hidden, generator=gen) / (4 * hidden) ** 0.5,
+                "b": torch.randn(hidden, generator=gen) * 0.1,
+            }
+        )
     return [{k: v.to(device).requires_grad_() for k, v in blk.items()} for blk in blocks]
 
 
@@ -90,13 +95,22 @@ def mlp_block(x, p, group=None):
     """One MLP block; with ``group`` the tensor-parallel version (p holds this rank's shards)."""
     if group is None:
         return x + F.gelu(x @ p["A"] + p["a"]) @ p["B"] + p["b"]
-    partial = F.gelu(f(x, group) @ p["A"] + p["a"]) @ p["B"]  # (mb, h): this rank's share of the sum
+    partial = (
+        F.gelu(f(x, group) @ p["A"] + p["a"]) @ p["B"]
+    )  # (mb, h): this rank's share of the sum
     return x + g(partial, group) + p["b"]
 
 
-def shard_mlp_blocks(blocks, layers: list[int], tp_rank: int, tp: int) -> list[dict[str, torch.Tensor]]:
+def shard_mlp_blocks(
+    blocks, layers: list[int], tp_rank: int, tp: int
+) -> list[dict[str, torch.Tensor]]:
     """This rank's pieces: its stage's blocks, A and a by columns, B by rows, b whole."""
-    return [{"A": shard(blocks[i]["A"], 1, tp_rank, tp).requires_grad_(),
-             "a": shard(blocks[i]["a"], 0, tp_rank, tp).requires_grad_(),
-             "B": shard(blocks[i]["B"], 0, tp_rank, tp).requires_grad_(),
-             "b": blocks[i]["b"].detach().clone().requires_grad_()} for i in layers]
+    return [
+        {
+            "A": shard(blocks[i]["A"], 1, tp_rank, tp).requires_grad_(),
+            "a": shard(blocks[i]["a"], 0, tp_rank, tp).requires_grad_(),
+            "B": shard(blocks[i]["B"], 0, tp_rank, tp).requires_grad_(),
+            "b": blocks[i]["b"].detach().clone().requires_grad_(),
+        }
+        for i in layers
+    ]

@@ -23,11 +23,11 @@ from helpers.cost.memory import model_states
 class FlatLayout:
     """Ψ parameters in a flat buffer padded to N_d equal shards of ``shard`` elements."""
 
-    numel: int   # Ψ, the real parameters
-    world: int   # N_d, the data-parallel degree
-    shard: int   # s = ceil(Ψ / N_d), elements per rank
+    numel: int  # Ψ, the real parameters
+    world: int  # N_d, the data-parallel degree
+    shard: int  # s = ceil(Ψ / N_d), elements per rank
     padded: int  # N_d · s
-    pad: int     # padded - Ψ, zeros at the end of the last shard
+    pad: int  # padded - Ψ, zeros at the end of the last shard
 
     def owned(self, rank: int) -> slice:
         """The slice of the flat buffer whose optimizer states ``rank`` keeps."""
@@ -42,12 +42,16 @@ def flat_layout(numel: int, world: int) -> FlatLayout:
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be a positive integer, got {value!r}")
     if numel < world:
-        raise ValueError(f"{numel} parameters cannot be sharded over {world} ranks: every rank must own at "
-                         f"least one parameter (use fewer ranks or a bigger model)")
+        raise ValueError(
+            f"{numel} parameters cannot be sharded over {world} ranks: every rank must own at "
+            f"least one parameter (use fewer ranks or a bigger model)"
+        )
     shard = math.ceil(numel / world)
     if (world - 1) * shard >= numel:
-        raise ValueError(f"{numel} parameters over {world} ranks leave the last rank only padding "
-                         f"(shard {shard}); use fewer ranks or a bigger model")
+        raise ValueError(
+            f"{numel} parameters over {world} ranks leave the last rank only padding "
+            f"(shard {shard}); use fewer ranks or a bigger model"
+        )
     return FlatLayout(numel, world, shard, shard * world, shard * world - numel)
 
 
@@ -66,13 +70,26 @@ def comm_bytes_per_step(layout: FlatLayout, element_size: int) -> dict[str, int]
     """
     chunk = layout.shard * element_size  # S / N
     n = layout.world
-    return dict(reduce_scatter=(n - 1) * chunk, all_gather=(n - 1) * chunk,
-                total=2 * (n - 1) * chunk, all_reduce=2 * (n - 1) * chunk, buffer=layout.padded * element_size)
+    return dict(
+        reduce_scatter=(n - 1) * chunk,
+        all_gather=(n - 1) * chunk,
+        total=2 * (n - 1) * chunk,
+        all_reduce=2 * (n - 1) * chunk,
+        buffer=layout.padded * element_size,
+    )
 
 
 @torch.no_grad()
-def adam_step_(param: torch.Tensor, grad: torch.Tensor, m: torch.Tensor, v: torch.Tensor, step: int,
-               lr: float, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8) -> None:
+def adam_step_(
+    param: torch.Tensor,
+    grad: torch.Tensor,
+    m: torch.Tensor,
+    v: torch.Tensor,
+    step: int,
+    lr: float,
+    betas: tuple[float, float] = (0.9, 0.999),
+    eps: float = 1e-8,
+) -> None:
     """One Adam update in place, in the operation order of ``torch.optim.Adam`` (no weight decay, no amsgrad).
 
     ``step`` counts from 1. On equal inputs the result is bitwise that of torch's single-tensor Adam.
@@ -104,7 +121,9 @@ class Zero1Adam:
         self.world, rank = dist.get_world_size(group), dist.get_rank(group)
         self.layout = flat_layout(sum(t.numel() for t in tensors), self.world)
         self.own = self.layout.owned(rank)
-        self.m = torch.zeros(self.layout.shard, device=tensors[0].device)  # (s,) my slice's Adam state only
+        self.m = torch.zeros(
+            self.layout.shard, device=tensors[0].device
+        )  # (s,) my slice's Adam state only
         self.v = torch.zeros_like(self.m)
 
     def _flat(self, parts: list[torch.Tensor]) -> torch.Tensor:
@@ -118,7 +137,9 @@ class Zero1Adam:
 
         grads = self._flat([t.grad for t in self.tensors])
         mine = torch.empty_like(self.m)
-        dist.reduce_scatter_tensor(mine, grads, group=self.group)  # sum of my slice over the replicas
+        dist.reduce_scatter_tensor(
+            mine, grads, group=self.group
+        )  # sum of my slice over the replicas
         mine /= self.world
         weights = self._flat([t for t in self.tensors])
         self.step_count += 1
@@ -126,6 +147,6 @@ class Zero1Adam:
         dist.all_gather_into_tensor(weights, weights[self.own].clone(), group=self.group)
         offset = 0
         for t in self.tensors:
-            t.copy_(weights[offset: offset + t.numel()].view_as(t))
+            t.copy_(weights[offset : offset + t.numel()].view_as(t))
             t.grad = None
             offset += t.numel()

@@ -21,7 +21,15 @@ HYBRID_LAYOUTS = {
     "tp=2 + split_gather SP": ["--tp", "2", "--sp_mode", "split_gather"],
     "dp=2 ZeRO-1 bf16": ["--zero", "1", "--precision", "bf16"],
     "tp=2 bf16": ["--tp", "2", "--precision", "bf16"],
-    "TRAP sp=2 all_to_all, sdpa": ["--sp", "2", "--sp_mode", "all_to_all", "--attn", "sdpa", "--expect_drift"],
+    "TRAP sp=2 all_to_all, sdpa": [
+        "--sp",
+        "2",
+        "--sp_mode",
+        "all_to_all",
+        "--attn",
+        "sdpa",
+        "--expect_drift",
+    ],
 }
 
 
@@ -31,20 +39,33 @@ def run_hybrid_layouts(show: str = "none") -> list[dict]:
     for name, args in HYBRID_LAYOUTS.items():
         result = launch("ch01_hybrid", NPROC, args, timeout_s=300, show=show)
         last = next(r for r in result.results if "losses" in r)  # a last-stage rank
-        runs.append({"name": name, "args": args, "seconds": round(result.seconds, 1),
-                     "command": shlex.join(torchrun_command("ch01_hybrid", NPROC, args)), **last})
+        runs.append(
+            {
+                "name": name,
+                "args": args,
+                "seconds": round(result.seconds, 1),
+                "command": shlex.join(torchrun_command("ch01_hybrid", NPROC, args)),
+                **last,
+            }
+        )
     return runs
 
 
 def hybrid_rows(runs: list[dict]) -> list[dict]:
     """The table the chapter shows: one row per layout."""
-    return [{
-        "layout": r["name"], "precision": r["precision"], "attention": r["attn"],
-        "loss first→last": f"{r['losses'][0]:.3f}→{r['losses'][-1]:.3f}",
-        "reference": f"{r['reference'][0]:.3f}→{r['reference'][-1]:.3f}",
-        "max |Δloss| (steps checked)": f"{r['max_diff']:.1e} ({r['checked_steps']})",
-        "tokens/s": r["tokens_per_s"], "peak MiB": r["peak_mib"],
-    } for r in runs]
+    return [
+        {
+            "layout": r["name"],
+            "precision": r["precision"],
+            "attention": r["attn"],
+            "loss first→last": f"{r['losses'][0]:.3f}→{r['losses'][-1]:.3f}",
+            "reference": f"{r['reference'][0]:.3f}→{r['reference'][-1]:.3f}",
+            "max |Δloss| (steps checked)": f"{r['max_diff']:.1e} ({r['checked_steps']})",
+            "tokens/s": r["tokens_per_s"],
+            "peak MiB": r["peak_mib"],
+        }
+        for r in runs
+    ]
 
 
 def show_recorded() -> str:
@@ -52,12 +73,18 @@ def show_recorded() -> str:
     from helpers.record.results import describe
 
     record = load("ch01_hybrid")
-    return describe(record) + "\n\n" + format_table(hybrid_rows(record["runs"]), list(hybrid_rows(record["runs"])[0]))
+    return (
+        describe(record)
+        + "\n\n"
+        + format_table(hybrid_rows(record["runs"]), list(hybrid_rows(record["runs"])[0]))
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--record", action="store_true", help="write results/<hardware>/ch01_hybrid.json")
+    parser.add_argument(
+        "--record", action="store_true", help="write results/<hardware>/ch01_hybrid.json"
+    )
     args = parser.parse_args()
     runs = run_hybrid_layouts(show="all")
     rows = hybrid_rows(runs)

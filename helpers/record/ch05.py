@@ -32,32 +32,68 @@ from helpers.run.launch import LaunchError, launch, torchrun_command
 
 NPROC = 2
 RECORD = "ch05_gpu"
-KILL_AT, KILL_RANK, RESUME_FROM = 5, 1, 3  # save_interval 3 in the configs: step 3 is the last save before 5
+KILL_AT, KILL_RANK, RESUME_FROM = (
+    5,
+    1,
+    3,
+)  # save_interval 3 in the configs: step 3 is the last save before 5
 
 
-def _run(name: str, config: str | Path, args: list[str], workdir: Path, show: str, expect_failure: bool = False,
-         nproc: int = NPROC) -> dict:
+def _run(
+    name: str,
+    config: str | Path,
+    args: list[str],
+    workdir: Path,
+    show: str,
+    expect_failure: bool = False,
+    nproc: int = NPROC,
+) -> dict:
     """One launch of the entry point; a failure is recorded (with the failing rank), not raised.
 
     Runs named ``"<dir>:<what>"`` share the checkpoint folder ``<dir>`` (a killed run and its resume)."""
     full = ["--config", str(config), "--checkpoint_dir", str(workdir / name.split(":")[0]), *args]
-    run = {"name": name, "config": Path(config).name, "args": args, "nproc": nproc,
-           "command": shlex.join(torchrun_command("ch05_train", nproc, full))}
-    print(f"[ch05-gpu] {name} on {nproc} processes: {' '.join(args) or '(no extra flags)'}", flush=True)
+    run = {
+        "name": name,
+        "config": Path(config).name,
+        "args": args,
+        "nproc": nproc,
+        "command": shlex.join(torchrun_command("ch05_train", nproc, full)),
+    }
+    print(
+        f"[ch05-gpu] {name} on {nproc} processes: {' '.join(args) or '(no extra flags)'}",
+        flush=True,
+    )
     try:
         result = launch("ch05_train", nproc, full, timeout_s=300, show=show)
     except LaunchError as e:
-        run.update(ok=False, failed_rank=e.rank, error=str(e)[-3000:],
-                   fault=next((line for lines in e.lines.values() for line in lines if line.startswith("FAULT")), None),
-                   losses_before_failure=losses_from_lines(e.lines.get(0, [])))
+        run.update(
+            ok=False,
+            failed_rank=e.rank,
+            error=str(e)[-3000:],
+            fault=next(
+                (line for lines in e.lines.values() for line in lines if line.startswith("FAULT")),
+                None,
+            ),
+            losses_before_failure=losses_from_lines(e.lines.get(0, [])),
+        )
         if not expect_failure:
             print(f"[ch05-gpu] {name} FAILED: {str(e)[-3000:]}", flush=True)
         return run
     final = next(r for r in result.results if r.get("final"))
-    run.update(ok=True, seconds=round(result.seconds, 1), losses=final["losses"], plugin=final["plugin"],
-               backend=final["backend"], last_checkpoint=final["last_checkpoint"],
-               signals=[r["signals"] for r in result.results if "signals" in r],
-               notes=[line for line in result.lines.get(0, []) if line.startswith(("resumed", "Hybrid", "Torch"))])
+    run.update(
+        ok=True,
+        seconds=round(result.seconds, 1),
+        losses=final["losses"],
+        plugin=final["plugin"],
+        backend=final["backend"],
+        last_checkpoint=final["last_checkpoint"],
+        signals=[r["signals"] for r in result.results if "signals" in r],
+        notes=[
+            line
+            for line in result.lines.get(0, [])
+            if line.startswith(("resumed", "Hybrid", "Torch"))
+        ],
+    )
     return run
 
 
@@ -65,13 +101,26 @@ def _max_diff(a: list[float], b: list[float]) -> float:
     return max(abs(x - y) for x, y in zip(a, b, strict=True))
 
 
-def kill_and_resume(layout: str, workdir: Path, show: str, config: str | None = None, nproc: int = NPROC,
-                    kill_rank: int = KILL_RANK) -> dict:
+def kill_and_resume(
+    layout: str,
+    workdir: Path,
+    show: str,
+    config: str | None = None,
+    nproc: int = NPROC,
+    kill_rank: int = KILL_RANK,
+) -> dict:
     """Uninterrupted, killed at step 5, resumed: losses and final weights compared."""
     config = config or gpu_config(layout)
     full = _run(f"{layout}-full", config, [], workdir, show, nproc=nproc)
-    killed = _run(f"{layout}-run:killed", config, ["--kill_at", str(KILL_AT), "--kill_rank", str(kill_rank)],
-                  workdir, show, expect_failure=True, nproc=nproc)
+    killed = _run(
+        f"{layout}-run:killed",
+        config,
+        ["--kill_at", str(KILL_AT), "--kill_rank", str(kill_rank)],
+        workdir,
+        show,
+        expect_failure=True,
+        nproc=nproc,
+    )
     folder = workdir / f"{layout}-run"
     on_disk = sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
     resumed = _run(f"{layout}-run:resumed", config, ["--resume"], workdir, show, nproc=nproc)
@@ -82,14 +131,25 @@ def kill_and_resume(layout: str, workdir: Path, show: str, config: str | None = 
     return out
 
 
-def reshard(workdir: Path, show: str, source: tuple[str, str, int] | None = None,
-            target: tuple[str, str, int] | None = None) -> dict:
+def reshard(
+    workdir: Path,
+    show: str,
+    source: tuple[str, str, int] | None = None,
+    target: tuple[str, str, int] | None = None,
+) -> dict:
     """A checkpoint of step 3 saved under ``source`` and resumed under ``target`` (``--reshard``),
     each given as (label, config, processes); by default tp = 2 → dp = 2 on two GPUs. Dropout is
     off in all three runs, so that only the layout differs."""
-    (src, src_config, src_n), (dst, dst_config, dst_n) = source or ("tp2", gpu_config("tp2"), NPROC), \
-        target or ("dp2", gpu_config("dp2"), NPROC)
-    quiet = ["--dropout", "0", "--keep_last", "0"]  # keep the source's step 3 whatever the config prunes
+    (src, src_config, src_n), (dst, dst_config, dst_n) = (
+        source or ("tp2", gpu_config("tp2"), NPROC),
+        target or ("dp2", gpu_config("dp2"), NPROC),
+    )
+    quiet = [
+        "--dropout",
+        "0",
+        "--keep_last",
+        "0",
+    ]  # keep the source's step 3 whatever the config prunes
     tp = _run(f"{src}-nodropout", src_config, quiet, workdir, show, nproc=src_n)
     dp = _run(f"{dst}-nodropout", dst_config, quiet, workdir, show, nproc=dst_n)
     out = {"source": src, "target": dst, "runs": [tp, dp]}
@@ -97,15 +157,21 @@ def reshard(workdir: Path, show: str, source: tuple[str, str, int] | None = None
         return out
     into = workdir / f"{dst}-from-{src}"
     into.mkdir()  # the source's step-3 checkpoint becomes the target's starting point
-    shutil.copytree(ckpt.step_dir(workdir / f"{src}-nodropout", RESUME_FROM), ckpt.step_dir(into, RESUME_FROM))
-    resumed = _run(into.name, dst_config, quiet + ["--resume", "--reshard"], workdir, show, nproc=dst_n)
+    shutil.copytree(
+        ckpt.step_dir(workdir / f"{src}-nodropout", RESUME_FROM), ckpt.step_dir(into, RESUME_FROM)
+    )
+    resumed = _run(
+        into.name, dst_config, quiet + ["--resume", "--reshard"], workdir, show, nproc=dst_n
+    )
     out["runs"].append(resumed)
     if resumed["ok"]:
         after = slice(RESUME_FROM, None)
         out["max_loss_diff_vs_source"] = _max_diff(tp["losses"][after], resumed["losses"][after])
         if dp["ok"]:
             out["max_loss_diff_from_scratch"] = _max_diff(tp["losses"][after], dp["losses"][after])
-        out["weights_vs_source"] = compare_final_weights(resumed["last_checkpoint"], tp["last_checkpoint"])
+        out["weights_vs_source"] = compare_final_weights(
+            resumed["last_checkpoint"], tp["last_checkpoint"]
+        )
     return out
 
 
@@ -119,8 +185,17 @@ def dry_run(workdir: Path, show: str) -> dict:
     config.write_text(small.to_yaml())
     run = _run("seed-dry-run", config, [], workdir, show)
     p = small.parallelism
-    return {"layout": {"data": p.data, "tensor": p.tensor, "pipeline": p.pipeline, "precision": small.train.precision},
-            "plugin_call": plugin_spec(small).call(), "config": small.to_yaml(), "run": run}
+    return {
+        "layout": {
+            "data": p.data,
+            "tensor": p.tensor,
+            "pipeline": p.pipeline,
+            "precision": small.train.precision,
+        },
+        "plugin_call": plugin_spec(small).call(),
+        "config": small.to_yaml(),
+        "run": run,
+    }
 
 
 def gpu_config(layout: str) -> str:
@@ -132,8 +207,13 @@ def run_all(show: str = "none") -> dict:
     """Every GPU experiment of Chapters 4 and 5, in a temporary folder removed afterwards."""
     workdir = Path(tempfile.mkdtemp(prefix="ch05-gpu-"))
     try:
-        return {"kill_and_resume": [kill_and_resume(layout, workdir, show) for layout in ("tp2", "pp2")],
-                "reshard": reshard(workdir, show), "dry_run": dry_run(workdir, show)}
+        return {
+            "kill_and_resume": [
+                kill_and_resume(layout, workdir, show) for layout in ("tp2", "pp2")
+            ],
+            "reshard": reshard(workdir, show),
+            "dry_run": dry_run(workdir, show),
+        }
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
@@ -143,16 +223,32 @@ def summary_rows(record: dict) -> list[dict]:
     rows = []
     for kr in record["kill_and_resume"]:
         killed = kr["runs"][1]
-        rows.append({"experiment": f"{kr['layout']}: killed at step {KILL_AT}, resumed from step {RESUME_FROM}",
-                     "killed rank": killed.get("failed_rank"), "max |Δloss|": _fmt(kr.get("max_loss_diff")),
-                     "max |Δweight|": _fmt(kr.get("weights", {}).get("max_abs_diff"))})
+        rows.append(
+            {
+                "experiment": f"{kr['layout']}: killed at step {KILL_AT}, resumed from step {RESUME_FROM}",
+                "killed rank": killed.get("failed_rank"),
+                "max |Δloss|": _fmt(kr.get("max_loss_diff")),
+                "max |Δweight|": _fmt(kr.get("weights", {}).get("max_abs_diff")),
+            }
+        )
     rs = record["reshard"]
-    rows.append({"experiment": f"{rs['source']} step {RESUME_FROM} resumed as {rs['target']} "
-                 f"(vs uninterrupted {rs['source']})", "killed rank": "—",
-                 "max |Δloss|": _fmt(rs.get("max_loss_diff_vs_source")),
-                 "max |Δweight|": _fmt(rs.get("weights_vs_source", {}).get("max_abs_diff"))})
-    rows.append({"experiment": f"{rs['target']} from scratch (vs {rs['source']} from scratch)", "killed rank": "—",
-                 "max |Δloss|": _fmt(rs.get("max_loss_diff_from_scratch")), "max |Δweight|": "—"})
+    rows.append(
+        {
+            "experiment": f"{rs['source']} step {RESUME_FROM} resumed as {rs['target']} "
+            f"(vs uninterrupted {rs['source']})",
+            "killed rank": "—",
+            "max |Δloss|": _fmt(rs.get("max_loss_diff_vs_source")),
+            "max |Δweight|": _fmt(rs.get("weights_vs_source", {}).get("max_abs_diff")),
+        }
+    )
+    rows.append(
+        {
+            "experiment": f"{rs['target']} from scratch (vs {rs['source']} from scratch)",
+            "killed rank": "—",
+            "max |Δloss|": _fmt(rs.get("max_loss_diff_from_scratch")),
+            "max |Δweight|": "—",
+        }
+    )
     return rows
 
 
@@ -169,8 +265,12 @@ def recorded() -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--record", action="store_true", help=f"write results/<hardware>/{RECORD}.json")
-    parser.add_argument("--show", default="none", choices=("none", "rank0", "all"), help="stream the ranks' output")
+    parser.add_argument(
+        "--record", action="store_true", help=f"write results/<hardware>/{RECORD}.json"
+    )
+    parser.add_argument(
+        "--show", default="none", choices=("none", "rank0", "all"), help="stream the ranks' output"
+    )
     args = parser.parse_args()
     record = run_all(args.show)
     from helpers.record.results import format_table, save

@@ -30,39 +30,111 @@ from helpers.record.results import recorder_main, save
 DEMO = "ch08_train"
 PARTS = ("compare", "oom", "tune", "gemini")
 NPROC = 2
-BIG = ["--layers", "16", "--hidden", "2048", "--heads", "16", "--kv_heads", "16", "--vocab", "32000"]  # 0.94 B
-COMPARE_COMMON = BIG + ["--precision", "bf16", "--seq", "2048", "--steps", "8", "--warmup", "2", "--ref_steps", "3",
-                        "--profile", "2"]
+BIG = [
+    "--layers",
+    "16",
+    "--hidden",
+    "2048",
+    "--heads",
+    "16",
+    "--kv_heads",
+    "16",
+    "--vocab",
+    "32000",
+]  # 0.94 B
+COMPARE_COMMON = BIG + [
+    "--precision",
+    "bf16",
+    "--seq",
+    "2048",
+    "--steps",
+    "8",
+    "--warmup",
+    "2",
+    "--ref_steps",
+    "3",
+    "--profile",
+    "2",
+]
 COMPARE_RUNS = {  # name: flags (global batch 8 in each: micro_batch × dp)
     "PyTorch FSDP2 (fully_shard per layer, AdamW)": ["--framework", "fsdp2", "--micro_batch", "4"],
-    "Colossal-AI LowLevelZero ZeRO-2": ["--plugin", "zero", "--zero_stage", "2", "--micro_batch", "4"],
+    "Colossal-AI LowLevelZero ZeRO-2": [
+        "--plugin",
+        "zero",
+        "--zero_stage",
+        "2",
+        "--micro_batch",
+        "4",
+    ],
     "Colossal-AI Gemini (ZeRO-3, static placement)": ["--plugin", "gemini", "--micro_batch", "4"],
     "Colossal-AI HybridParallel tp=2": ["--plugin", "hybrid", "--tp", "2", "--micro_batch", "8"],
 }
 GEMINI_RUNS = {  # the compare run's Gemini went NaN from step 3; recorded: NaN with the async gradient reduce,
     # finite without it (our reading of the source: the chunk is freed, storage.resize_(0), without record_stream)
     "Gemini, async reduce (default)": ["--plugin", "gemini", "--micro_batch", "4"],
-    "Gemini, enable_async_reduce=False": ["--plugin", "gemini", "--micro_batch", "4",
-                                          "--plugin_kw", "enable_async_reduce=False"],
+    "Gemini, enable_async_reduce=False": [
+        "--plugin",
+        "gemini",
+        "--micro_batch",
+        "4",
+        "--plugin_kw",
+        "enable_async_reduce=False",
+    ],
 }
 OOM_MICRO_BATCH = 4  # Chapter 7's 0.37 B Llama (TrainLayout's default shape), seq 1024
 OOM_RUNS = {  # name: (layout kwargs, capped)
-    "before: DDP bf16 (HybridParallel tp=1), no cap": (dict(plugin="hybrid", precision="bf16"), False),
-    "before: DDP bf16 (HybridParallel tp=1), capped": (dict(plugin="hybrid", precision="bf16"), True),
-    "fix 1: ZeRO-2 (LowLevelZero), capped": (dict(plugin="zero", zero_stage=2, precision="bf16"), True),
+    "before: DDP bf16 (HybridParallel tp=1), no cap": (
+        dict(plugin="hybrid", precision="bf16"),
+        False,
+    ),
+    "before: DDP bf16 (HybridParallel tp=1), capped": (
+        dict(plugin="hybrid", precision="bf16"),
+        True,
+    ),
+    "fix 1: ZeRO-2 (LowLevelZero), capped": (
+        dict(plugin="zero", zero_stage=2, precision="bf16"),
+        True,
+    ),
     "fix 2: recomputation, capped": (dict(plugin="hybrid", precision="bf16", recompute=True), True),
 }
-TUNE_COMMON = ["--precision", "bf16", "--seq", "1024", "--steps", "6", "--warmup", "2", "--ref_steps", "0",
-               "--profile", "2", "--plugin", "hybrid", "--zero_stage", "1"]
+TUNE_COMMON = [
+    "--precision",
+    "bf16",
+    "--seq",
+    "1024",
+    "--steps",
+    "6",
+    "--warmup",
+    "2",
+    "--ref_steps",
+    "0",
+    "--profile",
+    "2",
+    "--plugin",
+    "hybrid",
+    "--zero_stage",
+    "1",
+]
 TUNE_RUNS = [  # (knob changed, flags): each run changes one knob of the previous one
-    ("start: tp=2, micro-batch 2, recompute on, overlap off", ["--tp", "2", "--micro_batch", "2", "--recompute", "--overlap", "0"]),
-    ("TP degree 2 → 1 (dp=2)", ["--tp", "1", "--micro_batch", "2", "--recompute", "--overlap", "0"]),
+    (
+        "start: tp=2, micro-batch 2, recompute on, overlap off",
+        ["--tp", "2", "--micro_batch", "2", "--recompute", "--overlap", "0"],
+    ),
+    (
+        "TP degree 2 → 1 (dp=2)",
+        ["--tp", "1", "--micro_batch", "2", "--recompute", "--overlap", "0"],
+    ),
     ("micro-batch 2 → 8", ["--tp", "1", "--micro_batch", "8", "--recompute", "--overlap", "0"]),
     ("overlap off → on", ["--tp", "1", "--micro_batch", "8", "--recompute", "--overlap", "1"]),
     ("recomputation on → off", ["--tp", "1", "--micro_batch", "8", "--overlap", "1"]),
-    ("pipeline pp=2, 2 micro-batches of 8", ["--pp", "2", "--microbatches", "2", "--micro_batch", "8", "--zero_stage", "0"]),
-    ("micro-batches 2 → 8 (of 2: same global batch)", ["--pp", "2", "--microbatches", "8", "--micro_batch", "2",
-                                                       "--zero_stage", "0"]),
+    (
+        "pipeline pp=2, 2 micro-batches of 8",
+        ["--pp", "2", "--microbatches", "2", "--micro_batch", "8", "--zero_stage", "0"],
+    ),
+    (
+        "micro-batches 2 → 8 (of 2: same global batch)",
+        ["--pp", "2", "--microbatches", "8", "--micro_batch", "2", "--zero_stage", "0"],
+    ),
 ]
 
 
@@ -71,12 +143,17 @@ def oom_cap_gib() -> tuple[float, dict]:
     from helpers.config.layout import TrainLayout
     from helpers.cost.memory_llama import predict
 
-    peaks = {name: predict(TrainLayout(micro_batch=OOM_MICRO_BATCH, **kw))["peak"] / 2**30
-             for name, (kw, _) in OOM_RUNS.items() if "no cap" not in name}
+    peaks = {
+        name: predict(TrainLayout(micro_batch=OOM_MICRO_BATCH, **kw))["peak"] / 2**30
+        for name, (kw, _) in OOM_RUNS.items()
+        if "no cap" not in name
+    }
     before = next(v for k, v in peaks.items() if k.startswith("before"))
     fixes = max(v for k, v in peaks.items() if k.startswith("fix"))
     if not fixes < before:
-        raise ValueError(f"the fixes' predicted peak {fixes:.2f} GiB is not below the failing {before:.2f} GiB")
+        raise ValueError(
+            f"the fixes' predicted peak {fixes:.2f} GiB is not below the failing {before:.2f} GiB"
+        )
     return round((before + fixes) / 2, 1), {k: round(v, 2) for k, v in peaks.items()}
 
 
@@ -91,37 +168,101 @@ def run_list(part: str, quick: bool = False) -> list[tuple[str, list[str], float
     """(name, demo args, timeout_s) of each run of a part."""
     if part == "compare":
         if quick:
-            return [(n + " (tiny)", a + ["--precision", "bf16", "--seq", "256", "--steps", "3", "--ref_steps", "2",
-                                         "--profile", "1"], 400.0)
-                    for n, a in list(COMPARE_RUNS.items())[:2]]
+            return [
+                (
+                    n + " (tiny)",
+                    a
+                    + [
+                        "--precision",
+                        "bf16",
+                        "--seq",
+                        "256",
+                        "--steps",
+                        "3",
+                        "--ref_steps",
+                        "2",
+                        "--profile",
+                        "1",
+                    ],
+                    400.0,
+                )
+                for n, a in list(COMPARE_RUNS.items())[:2]
+            ]
         return [(n, COMPARE_COMMON + a + ["--name", n], 400.0) for n, a in COMPARE_RUNS.items()]
     if part == "gemini":
-        runs = [(n, COMPARE_COMMON + a + ["--steps", "12", "--name", n], 400.0) for n, a in GEMINI_RUNS.items()]
-        return [(n + " (tiny)", a + ["--layers", "2", "--hidden", "256", "--heads", "4", "--kv_heads", "4"], t)
-                for n, a, t in runs] if quick else runs
+        runs = [
+            (n, COMPARE_COMMON + a + ["--steps", "12", "--name", n], 400.0)
+            for n, a in GEMINI_RUNS.items()
+        ]
+        return (
+            [
+                (
+                    n + " (tiny)",
+                    a + ["--layers", "2", "--hidden", "256", "--heads", "4", "--kv_heads", "4"],
+                    t,
+                )
+                for n, a, t in runs
+            ]
+            if quick
+            else runs
+        )
     if part == "oom":
         cap, _ = oom_cap_gib()
         runs = []
         for name, (kw, capped) in OOM_RUNS.items():
-            args = _layout_flags(kw) + ["--micro_batch", str(OOM_MICRO_BATCH), "--seq", "1024", "--steps", "3",
-                                        "--ref_steps", "0", "--name", name] + (["--mem_cap_gib", str(cap)] if capped else [])
-            runs.append((name, args, 400.0))  # the first Colossal-AI run on a fresh box compiles HybridAdam
+            args = (
+                _layout_flags(kw)
+                + [
+                    "--micro_batch",
+                    str(OOM_MICRO_BATCH),
+                    "--seq",
+                    "1024",
+                    "--steps",
+                    "3",
+                    "--ref_steps",
+                    "0",
+                    "--name",
+                    name,
+                ]
+                + (["--mem_cap_gib", str(cap)] if capped else [])
+            )
+            runs.append(
+                (name, args, 400.0)
+            )  # the first Colossal-AI run on a fresh box compiles HybridAdam
         return runs[1:3] if quick else runs
     if part == "tune":
         runs = [(n, TUNE_COMMON + a + ["--name", n], 400.0) for n, a in TUNE_RUNS]
         if quick:
-            return [(n + " (tiny)", a + ["--layers", "2", "--hidden", "256", "--heads", "4", "--kv_heads", "4"], t)
-                    for n, a, t in runs[:2]]
+            return [
+                (
+                    n + " (tiny)",
+                    a + ["--layers", "2", "--hidden", "256", "--heads", "4", "--kv_heads", "4"],
+                    t,
+                )
+                for n, a, t in runs[:2]
+            ]
         return runs
     raise ValueError(f"unknown part {part!r}: one of {PARTS}")
 
 
-def record(parts: list[str], quick: bool, budget_s: float, save_results: bool, show: str = "none") -> dict:
+def record(
+    parts: list[str], quick: bool, budget_s: float, save_results: bool, show: str = "none"
+) -> dict:
     start = time.monotonic()
-    command = "python -m helpers.record.ch08 --record" + (" --quick" if quick else "") + f" --parts {','.join(parts)}"
+    command = (
+        "python -m helpers.record.ch08 --record"
+        + (" --quick" if quick else "")
+        + f" --parts {','.join(parts)}"
+    )
     recorded: dict[str, list] = {}
     for part in parts:
-        runs = run_part("ch08", part, [(n, DEMO, NPROC, a, t) for n, a, t in run_list(part, quick)], start + budget_s, show)
+        runs = run_part(
+            "ch08",
+            part,
+            [(n, DEMO, NPROC, a, t) for n, a, t in run_list(part, quick)],
+            start + budget_s,
+            show,
+        )
         extra = {}
         if part == "compare":
             extra["deepspeed_importable"] = importlib.util.find_spec("deepspeed") is not None
@@ -131,7 +272,11 @@ def record(parts: list[str], quick: bool, budget_s: float, save_results: bool, s
         if save_results and not quick:
             print("[ch08] wrote", save(f"ch08_{part}", recorded[part], command), flush=True)
     if save_results and quick:
-        print("[ch08] wrote", save("ch08_quick", [r for p in parts for r in recorded[p]], command), flush=True)
+        print(
+            "[ch08] wrote",
+            save("ch08_quick", [r for p in parts for r in recorded[p]], command),
+            flush=True,
+        )
     print(f"[ch08] done in {time.monotonic() - start:.0f} s", flush=True)
     return recorded
 

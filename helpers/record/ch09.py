@@ -29,12 +29,26 @@ from helpers.record.results import recorder_main, save
 
 NPROC = 2
 ONE_GPU_COMMAND = "python -m helpers.record.ch09 --record --parts resnet --gpus 1"
-ONE_GPU_BUDGET_S = 60  # the one-GPU ResNet recording's budget in the book's device call (one ~35 s run)
+ONE_GPU_BUDGET_S = (
+    60  # the one-GPU ResNet recording's budget in the book's device call (one ~35 s run)
+)
 RESNET_S = 40  # about what the one-GPU ResNet run takes on an H200 (the 2-GPU box's record: 34 s)
 PARTS = ("resnet", "hybrid", "nan", "moe", "sp", "nan2048")
 RESNET_PLUGINS = ("torch_ddp", "torch_ddp_fp16", "low_level_zero", "gemini")
-HYBRID_COMMON = ["--preset", "half", "--batch", "16", "--seq", "1024", "--steps", "10", "--ref_steps", "4",
-                 "--optim", "hybrid_adam"]
+HYBRID_COMMON = [
+    "--preset",
+    "half",
+    "--batch",
+    "16",
+    "--seq",
+    "1024",
+    "--steps",
+    "10",
+    "--ref_steps",
+    "4",
+    "--optim",
+    "hybrid_adam",
+]
 HYBRID_LAYOUTS = {  # name: (GPUs, flags)
     "1 GPU": (1, []),
     "dp=2 ZeRO-1": (2, ["--zero", "1"]),
@@ -43,11 +57,32 @@ HYBRID_LAYOUTS = {  # name: (GPUs, flags)
     "tp=2 + split_gather SP": (2, ["--tp", "2", "--sp_mode", "split_gather"]),
     "sp=2 all_to_all": (2, ["--sp", "2", "--sp_mode", "all_to_all"]),
 }
-NAN_COMMON = ["--preset", "1b", "--batch", "8", "--seq", "1024", "--steps", "20", "--ref_steps", "0",
-              "--optim", "hybrid_adam", "--watch", "--lr", "3e-4"]
+NAN_COMMON = [
+    "--preset",
+    "1b",
+    "--batch",
+    "8",
+    "--seq",
+    "1024",
+    "--steps",
+    "20",
+    "--ref_steps",
+    "0",
+    "--optim",
+    "hybrid_adam",
+    "--watch",
+    "--lr",
+    "3e-4",
+]
 NAN_RUNS = {
     "tp=2 bf16, one repeated batch": ["--tp", "2", "--repeat"],
-    "tp=2 bf16, repeated, logits gathered (parallel_output=0)": ["--tp", "2", "--repeat", "--parallel_output", "0"],
+    "tp=2 bf16, repeated, logits gathered (parallel_output=0)": [
+        "--tp",
+        "2",
+        "--repeat",
+        "--parallel_output",
+        "0",
+    ],
     "dp=2 bf16, one repeated batch": ["--repeat"],
     "tp=2 bf16, fresh batches": ["--tp", "2"],
 }
@@ -55,9 +90,18 @@ NAN2048_RUNS = {  # the report's setting exactly (seq 2048, batch 8, zero 0); th
     # whether DistCrossEntropy is involved, if tp=2 ever fails where dp=2 does not
     "tp=2 bf16, one repeated batch, seq 2048": ["--tp", "2", "--repeat"],
     "dp=2 bf16, one repeated batch, seq 2048": ["--repeat"],
-    "tp=2 bf16, repeated, seq 2048, logits gathered": ["--tp", "2", "--repeat", "--parallel_output", "0"],
+    "tp=2 bf16, repeated, seq 2048, logits gathered": [
+        "--tp",
+        "2",
+        "--repeat",
+        "--parallel_output",
+        "0",
+    ],
 }
-MOE_RUNS = {"Mixtral ep=2 (zero 1)": ["--ep", "2"], "Mixtral ep=1, experts replicated (zero 1)": ["--ep", "1"]}
+MOE_RUNS = {
+    "Mixtral ep=2 (zero 1)": ["--ep", "2"],
+    "Mixtral ep=1, experts replicated (zero 1)": ["--ep", "1"],
+}
 SP_RUNS = {
     "tp=2, no SP": ["--tp", "2"],
     "tp=2 + split_gather (Megatron SP)": ["--tp", "2", "--sp_mode", "split_gather"],
@@ -66,7 +110,9 @@ SP_RUNS = {
 }
 
 
-def run_list(part: str, quick: bool = False, gpus: int = NPROC) -> list[tuple[str, str, int, list[str], float]]:
+def run_list(
+    part: str, quick: bool = False, gpus: int = NPROC
+) -> list[tuple[str, str, int, list[str], float]]:
     """(name, demo, GPUs, args, timeout_s) of every run of a part; quick = smaller, fewer runs.
 
     ``gpus``: the recording's GPUs; the list is the same (runs needing more are recorded as not
@@ -75,20 +121,61 @@ def run_list(part: str, quick: bool = False, gpus: int = NPROC) -> list[tuple[st
     if part == "resnet":
         epochs = ["--epochs", "3" if quick else "30"]
         common = ["--data", "digits", "--interval", "0", *epochs]
-        runs = [("1 GPU, torch_ddp (baseline)", "ch09_resnet_train", 1, common + ["-p", "torch_ddp"], 400.0)]
-        runs += [(f"2 GPUs, {p}", "ch09_resnet_train", 2, common + ["-p", p], 240.0) for p in RESNET_PLUGINS]
+        runs = [
+            (
+                "1 GPU, torch_ddp (baseline)",
+                "ch09_resnet_train",
+                1,
+                common + ["-p", "torch_ddp"],
+                400.0,
+            )
+        ]
+        runs += [
+            (f"2 GPUs, {p}", "ch09_resnet_train", 2, common + ["-p", p], 240.0)
+            for p in RESNET_PLUGINS
+        ]
         if quick:  # the first GPU run compiles HybridAdam's kernels: it gets the long timeout
             first = runs[1] if gpus >= 2 else runs[0]
             return [(first[0], first[1], first[2], first[3], 400.0)]
         return runs
     if part == "hybrid":
         if quick:
-            return [("tp=2 (tiny)", "ch09_hybrid", 2, ["--tp", "2", "--preset", "tiny", "--seq", "256", "--steps", "6"], 240.0)]
-        return [(n, "ch09_hybrid", g, HYBRID_COMMON + a, 300.0) for n, (g, a) in HYBRID_LAYOUTS.items()]
+            return [
+                (
+                    "tp=2 (tiny)",
+                    "ch09_hybrid",
+                    2,
+                    ["--tp", "2", "--preset", "tiny", "--seq", "256", "--steps", "6"],
+                    240.0,
+                )
+            ]
+        return [
+            (n, "ch09_hybrid", g, HYBRID_COMMON + a, 300.0) for n, (g, a) in HYBRID_LAYOUTS.items()
+        ]
     if part == "nan":
         if quick:
-            return [("tp=2 bf16, repeated (tiny)", "ch09_hybrid", 2, ["--tp", "2", "--repeat", "--watch", "--preset", "tiny",
-                                                                    "--seq", "256", "--steps", "6", "--ref_steps", "0"], 240.0)]
+            return [
+                (
+                    "tp=2 bf16, repeated (tiny)",
+                    "ch09_hybrid",
+                    2,
+                    [
+                        "--tp",
+                        "2",
+                        "--repeat",
+                        "--watch",
+                        "--preset",
+                        "tiny",
+                        "--seq",
+                        "256",
+                        "--steps",
+                        "6",
+                        "--ref_steps",
+                        "0",
+                    ],
+                    240.0,
+                )
+            ]
         return [(n, "ch09_hybrid", 2, NAN_COMMON + a, 300.0) for n, a in NAN_RUNS.items()]
     if part == "nan2048":
         common = [a if a != "1024" else "2048" for a in NAN_COMMON]
@@ -96,13 +183,49 @@ def run_list(part: str, quick: bool = False, gpus: int = NPROC) -> list[tuple[st
         return run_list("nan", quick=True) if quick else runs
     if part == "moe":
         if quick:
-            return [("Mixtral ep=2 (small)", "ch09_mixtral", 2, ["--ep", "2", "--layers", "2", "--hidden", "256",
-                                                                 "--seq", "256", "--steps", "4", "--ref_steps", "2"], 240.0)]
+            return [
+                (
+                    "Mixtral ep=2 (small)",
+                    "ch09_mixtral",
+                    2,
+                    [
+                        "--ep",
+                        "2",
+                        "--layers",
+                        "2",
+                        "--hidden",
+                        "256",
+                        "--seq",
+                        "256",
+                        "--steps",
+                        "4",
+                        "--ref_steps",
+                        "2",
+                    ],
+                    240.0,
+                )
+            ]
         return [(n, "ch09_mixtral", 2, a, 300.0) for n, a in MOE_RUNS.items()]
     if part == "sp":
         if quick:
-            return [("sp=2 all_to_all (tiny)", "ch09_sp_sweep", 2, ["--sp", "2", "--sp_mode", "all_to_all", "--preset", "tiny",
-                                                                    "--seqs", "512,1024"], 240.0)]
+            return [
+                (
+                    "sp=2 all_to_all (tiny)",
+                    "ch09_sp_sweep",
+                    2,
+                    [
+                        "--sp",
+                        "2",
+                        "--sp_mode",
+                        "all_to_all",
+                        "--preset",
+                        "tiny",
+                        "--seqs",
+                        "512,1024",
+                    ],
+                    240.0,
+                )
+            ]
         return [(n, "ch09_sp_sweep", 2, a, 420.0) for n, a in SP_RUNS.items()]
     raise ValueError(f"unknown part {part!r}: one of {PARTS}")
 
@@ -125,23 +248,43 @@ def digits_missing() -> str | None:
     return None
 
 
-def record(parts: list[str], quick: bool, budget_s: float, save_results: bool, show: str = "none",
-           gpus: int = NPROC, copy_to: str | None = None) -> dict[str, list]:
+def record(
+    parts: list[str],
+    quick: bool,
+    budget_s: float,
+    save_results: bool,
+    show: str = "none",
+    gpus: int = NPROC,
+    copy_to: str | None = None,
+) -> dict[str, list]:
     """Every run of ``parts`` within ``budget_s``; on ``gpus`` < 2 the two-GPU runs are recorded as
     not run ("needs 2 GPUs") and the one-GPU runs run (results/1x<GPU>/ch09_<part>.json)."""
     start = time.monotonic()
-    command = "python -m helpers.record.ch09 --record" + (" --quick" if quick else "") + f" --parts {','.join(parts)}" + \
-        (f" --gpus {gpus} --budget_s {budget_s:g}" if gpus != NPROC else "")
+    command = (
+        "python -m helpers.record.ch09 --record"
+        + (" --quick" if quick else "")
+        + f" --parts {','.join(parts)}"
+        + (f" --gpus {gpus} --budget_s {budget_s:g}" if gpus != NPROC else "")
+    )
     recorded: dict[str, list] = {}
     for part in parts:
         missing = None
         if part == "resnet":
             present = cifar10_present()
-            print(f"[ch09] CIFAR-10 under $DATA: {'present' if present else 'absent'}; the ResNet runs use the digits",
-                  flush=True)
+            print(
+                f"[ch09] CIFAR-10 under $DATA: {'present' if present else 'absent'}; the ResNet runs use the digits",
+                flush=True,
+            )
             missing = digits_missing()
-        runs = run_part("ch09", part, run_list(part, quick, gpus), start + budget_s, show, not_run=missing,
-                        max_gpus=gpus)
+        runs = run_part(
+            "ch09",
+            part,
+            run_list(part, quick, gpus),
+            start + budget_s,
+            show,
+            not_run=missing,
+            max_gpus=gpus,
+        )
         for run in runs:
             if part == "resnet":
                 run["cifar10_present"] = present
@@ -149,7 +292,11 @@ def record(parts: list[str], quick: bool, budget_s: float, save_results: bool, s
         if save_results and not quick:
             print("[ch09] wrote", save(f"ch09_{part}", runs, command, copy_to), flush=True)
     if save_results and quick:
-        print("[ch09] wrote", save("ch09_quick", [r for p in parts for r in recorded[p]], command, copy_to), flush=True)
+        print(
+            "[ch09] wrote",
+            save("ch09_quick", [r for p in parts for r in recorded[p]], command, copy_to),
+            flush=True,
+        )
     print(f"[ch09] done in {time.monotonic() - start:.0f} s", flush=True)
     return recorded
 

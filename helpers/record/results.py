@@ -43,8 +43,13 @@ def _git_commit() -> str:
     if os.environ.get("BOOK_GIT_COMMIT"):  # the GPU box receives a tree without .git
         return os.environ["BOOK_GIT_COMMIT"]
     try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
-                              cwd=RESULTS_DIR.parent, check=True).stdout.strip()
+        return subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            cwd=RESULTS_DIR.parent,
+            check=True,
+        ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
 
@@ -54,7 +59,8 @@ def provenance(command: str) -> dict:
     return {
         "hardware": hardware(),
         "gpus": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
-        if torch.cuda.is_available() else [],
+        if torch.cuda.is_available()
+        else [],
         "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "versions": {
             "python": platform.python_version(),
@@ -68,8 +74,13 @@ def provenance(command: str) -> dict:
     }
 
 
-def save(name: str, runs: list[dict], command: str, copy_to: str | Path | None = None,
-         extra: dict | None = None) -> Path:
+def save(
+    name: str,
+    runs: list[dict],
+    command: str,
+    copy_to: str | Path | None = None,
+    extra: dict | None = None,
+) -> Path:
     """Write ``runs`` with provenance (and ``extra`` top-level fields) to
     results/<hardware>/<name>.json and return the path.
 
@@ -77,7 +88,10 @@ def save(name: str, runs: list[dict], command: str, copy_to: str | Path | None =
     command killed at its time limit had saved still comes back). Each file is written whole and
     then renamed, so a reader in another process never sees half a record."""
     path = RESULTS_DIR / hardware() / f"{name}.json"
-    text = json.dumps({"provenance": provenance(command), "runs": runs, **(extra or {})}, indent=2) + "\n"
+    text = (
+        json.dumps({"provenance": provenance(command), "runs": runs, **(extra or {})}, indent=2)
+        + "\n"
+    )
     for target in [path] + ([Path(copy_to) / path.parent.name / path.name] if copy_to else []):
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = target.with_suffix(f".{os.getpid()}.tmp")
@@ -100,7 +114,9 @@ def _folders(name: str, hardware: str | None, gpus: int | None) -> list[Path]:
         found = [p for p in found if p.parent.name == hardware]
     if gpus is not None:
         found = [p for p in found if gpus_in(p.parent.name) == gpus]
-    elif hardware is None:  # one-GPU records are the one-GPU reader's copies: asked for, or the only ones
+    elif (
+        hardware is None
+    ):  # one-GPU records are the one-GPU reader's copies: asked for, or the only ones
         found = [p for p in found if gpus_in(p.parent.name) != 1] or found
     return found
 
@@ -114,7 +130,9 @@ def load(name: str, hardware: str | None = None, gpus: int | None = None) -> dic
     that a chapter written for two GPUs keeps reading what it was written for."""
     found = _folders(name, hardware, gpus)
     if not found:
-        where = "".join([f" for hardware {hardware}" if hardware else "", f" on {gpus} GPU(s)" if gpus else ""])
+        where = "".join(
+            [f" for hardware {hardware}" if hardware else "", f" on {gpus} GPU(s)" if gpus else ""]
+        )
         raise FileNotFoundError(
             f"no recorded GPU result '{name}'{where} under {RESULTS_DIR}: run the chapter's recording "
             f"command on a GPU box first"
@@ -149,8 +167,10 @@ def merge_runs(earlier: dict | None, new: list[dict], replaces=lambda new, old: 
     made with, then the new runs. ``replaces(new_run, old_run)`` decides for a name in both (default:
     the new run wins). Used by Chapter 7's and the multi-GPU recorder's ``--only``; :func:`carried_over`
     names the kept recordings."""
-    old = {r["name"]: {**r, "provenance": r.get("provenance", earlier["provenance"])}
-           for r in (earlier or {}).get("runs", [])}
+    old = {
+        r["name"]: {**r, "provenance": r.get("provenance", earlier["provenance"])}
+        for r in (earlier or {}).get("runs", [])
+    }
     chosen = [r for r in new if r["name"] not in old or replaces(r, old[r["name"]])]
     taken = {r["name"] for r in chosen}
     return [r for name, r in old.items() if name not in taken] + chosen
@@ -160,9 +180,14 @@ def describe(record: dict) -> str:
     """One paragraph of provenance for a notebook (plus a line per earlier recording whose runs it kept)."""
     p = record["provenance"]
     v = p["versions"]
-    return "\n".join([f"Recorded on {p['hardware']} on {p['date']} with torch {v['torch']} (CUDA {v['cuda']}), "
-                      f"Colossal-AI {v['colossalai']}, transformers {v['transformers']}, commit {p['git_commit'][:10]}.",
-                      f"Command: {p['command']}"] + carried_over(record))
+    return "\n".join(
+        [
+            f"Recorded on {p['hardware']} on {p['date']} with torch {v['torch']} (CUDA {v['cuda']}), "
+            f"Colossal-AI {v['colossalai']}, transformers {v['transformers']}, commit {p['git_commit'][:10]}.",
+            f"Command: {p['command']}",
+        ]
+        + carried_over(record)
+    )
 
 
 def carried_over(record: dict) -> list[str]:
@@ -174,8 +199,10 @@ def carried_over(record: dict) -> list[str]:
         if isinstance(r, dict) and "provenance" in r:
             key = (r["provenance"].get("git_commit", "?")[:10], r["provenance"].get("date", "?"))
             groups[key] = groups.get(key, 0) + 1
-    return [f"{n} of the {len(record['runs'])} runs were recorded earlier: on {date} at commit {commit}"
-            for (commit, date), n in groups.items()]
+    return [
+        f"{n} of the {len(record['runs'])} runs were recorded earlier: on {date} at commit {commit}"
+        for (commit, date), n in groups.items()
+    ]
 
 
 def format_table(rows: list[dict], columns: list[str]) -> str:
@@ -186,8 +213,9 @@ def format_table(rows: list[dict], columns: list[str]) -> str:
     return "\n".join([line(columns), line(["-" * w for w in widths])] + [line(r) for r in cells])
 
 
-def recorder_main(doc: str, chapter: str, parts: tuple[str, ...], record, budget_s: float,
-                  gpus: int | None = None) -> None:
+def recorder_main(
+    doc: str, chapter: str, parts: tuple[str, ...], record, budget_s: float, gpus: int | None = None
+) -> None:
     """The command line shared by the chapters' GPU recorders that come in parts (Chapters 8, 9):
     ``python -m helpers.chapterNN --record [--quick] [--parts a,b] [--budget_s S] [--show ...]``,
     then ``record(parts, quick, budget_s, save_results, show)``.
@@ -197,15 +225,31 @@ def recorder_main(doc: str, chapter: str, parts: tuple[str, ...], record, budget
     import argparse
 
     parser = argparse.ArgumentParser(description=doc.split("\n")[0])
-    parser.add_argument("--record", action="store_true", help=f"write results/<hardware>/{chapter}_<part>.json")
-    parser.add_argument("--quick", action="store_true", help=f"small runs of every part ({chapter}_quick.json)")
-    parser.add_argument("--parts", default=",".join(parts), help=f"comma-separated subset of {parts}")
-    parser.add_argument("--budget_s", type=float, default=budget_s, help="skip the runs that would start after this")
-    parser.add_argument("--show", choices=("none", "rank0", "all"), default="none", help="stream the ranks' output")
+    parser.add_argument(
+        "--record", action="store_true", help=f"write results/<hardware>/{chapter}_<part>.json"
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help=f"small runs of every part ({chapter}_quick.json)"
+    )
+    parser.add_argument(
+        "--parts", default=",".join(parts), help=f"comma-separated subset of {parts}"
+    )
+    parser.add_argument(
+        "--budget_s", type=float, default=budget_s, help="skip the runs that would start after this"
+    )
+    parser.add_argument(
+        "--show", choices=("none", "rank0", "all"), default="none", help="stream the ranks' output"
+    )
     if gpus is not None:
-        parser.add_argument("--gpus", type=int, default=None,
-                            help=f"GPUs to record on (default {gpus}); runs that need more are recorded as not run")
-        parser.add_argument("--copy_to", default=None, help="also copy every saved record here (e.g. $OUT)")
+        parser.add_argument(
+            "--gpus",
+            type=int,
+            default=None,
+            help=f"GPUs to record on (default {gpus}); runs that need more are recorded as not run",
+        )
+        parser.add_argument(
+            "--copy_to", default=None, help="also copy every saved record here (e.g. $OUT)"
+        )
     args = parser.parse_args()
     chosen = [p for p in args.parts.split(",") if p]
     for p in chosen:
@@ -219,4 +263,12 @@ def recorder_main(doc: str, chapter: str, parts: tuple[str, ...], record, budget
     wrong = world_mismatch(args.gpus, args.record)
     if wrong:
         parser.error(wrong)
-    record(chosen, args.quick, args.budget_s, args.record, args.show, gpus=args.gpus or gpus, copy_to=args.copy_to)
+    record(
+        chosen,
+        args.quick,
+        args.budget_s,
+        args.record,
+        args.show,
+        gpus=args.gpus or gpus,
+        copy_to=args.copy_to,
+    )

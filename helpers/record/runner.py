@@ -30,7 +30,9 @@ def results_in(lines: dict[int, list[str]]) -> list[dict]:
     """RESULT lines a failed launch had printed before it failed (rank order)."""
     found = []
     for rank in sorted(r for r in lines if r >= 0):
-        found += [json.loads(t[len(RESULT_PREFIX):]) for t in lines[rank] if t.startswith(RESULT_PREFIX)]
+        found += [
+            json.loads(t[len(RESULT_PREFIX) :]) for t in lines[rank] if t.startswith(RESULT_PREFIX)
+        ]
     return found
 
 
@@ -52,10 +54,17 @@ def heartbeat(name: str, every_s: float = HEARTBEAT_S):
         thread.join()
 
 
-def run_one(name: str, demo: str, gpus: int, args: list[str], timeout_s: float, show: str = "none") -> dict:
+def run_one(
+    name: str, demo: str, gpus: int, args: list[str], timeout_s: float, show: str = "none"
+) -> dict:
     """Launch one run; a failure becomes a record with its error text instead of an exception."""
-    record = {"name": name, "demo": demo, "gpus": gpus, "args": args,
-              "command": shlex.join(torchrun_command(demo, gpus, args))}
+    record = {
+        "name": name,
+        "demo": demo,
+        "gpus": gpus,
+        "args": args,
+        "command": shlex.join(torchrun_command(demo, gpus, args)),
+    }
     start = time.monotonic()
     try:
         with heartbeat(name):
@@ -63,9 +72,15 @@ def run_one(name: str, demo: str, gpus: int, args: list[str], timeout_s: float, 
         record.update(ok=True, results=result.results)
     except LaunchError as e:  # the cause in fields (a long error text keeps its head and its tail)
         text = str(e)
-        record.update(ok=False, error=text if len(text) <= 3000 else text[:1000] + "\n[...]\n" + text[-2000:],
-                      failure="timeout" if isinstance(e, LaunchTimeout) else "exit", failed_rank=e.rank,
-                      returncode=e.returncode, timeout_s=round(timeout_s, 1), results=results_in(e.lines))
+        record.update(
+            ok=False,
+            error=text if len(text) <= 3000 else text[:1000] + "\n[...]\n" + text[-2000:],
+            failure="timeout" if isinstance(e, LaunchTimeout) else "exit",
+            failed_rank=e.rank,
+            returncode=e.returncode,
+            timeout_s=round(timeout_s, 1),
+            results=results_in(e.lines),
+        )
     record["seconds"] = round(time.monotonic() - start, 1)
     return record
 
@@ -93,21 +108,41 @@ def world_mismatch(gpus: int | None, recording: bool) -> str | None:
         return f"--gpus must be at least 1, got {gpus}"
     have = gpu_count()
     if recording and have and have != gpus:
-        return (f"--gpus {gpus} --record writes results/{gpus}x<GPU>/ only where exactly {gpus} GPU(s) are visible; "
-                f"this machine shows {have} (e.g. CUDA_VISIBLE_DEVICES={','.join(map(str, range(gpus)))})")
+        return (
+            f"--gpus {gpus} --record writes results/{gpus}x<GPU>/ only where exactly {gpus} GPU(s) are visible; "
+            f"this machine shows {have} (e.g. CUDA_VISIBLE_DEVICES={','.join(map(str, range(gpus)))})"
+        )
     if have and gpus > have:
         return f"--gpus {gpus}: this machine has only {have} GPU(s)"
     return None
 
 
-def not_run_record(name: str, demo: str, gpus: int, args: list[str], part: str, reason: str) -> dict:
+def not_run_record(
+    name: str, demo: str, gpus: int, args: list[str], part: str, reason: str
+) -> dict:
     """The record of a run that was not started, and why (``not_run``; ``error`` holds the same text)."""
-    return {"name": name, "demo": demo, "gpus": gpus, "args": args, "ok": False, "error": reason, "results": [],
-            "part": part, "not_run": reason}
+    return {
+        "name": name,
+        "demo": demo,
+        "gpus": gpus,
+        "args": args,
+        "ok": False,
+        "error": reason,
+        "results": [],
+        "part": part,
+        "not_run": reason,
+    }
 
 
-def run_part(tag: str, part: str, runs: list[tuple[str, str, int, list[str], float]], deadline: float,
-             show: str = "none", not_run: str | None = None, max_gpus: int | None = None) -> list[dict]:
+def run_part(
+    tag: str,
+    part: str,
+    runs: list[tuple[str, str, int, list[str], float]],
+    deadline: float,
+    show: str = "none",
+    not_run: str | None = None,
+    max_gpus: int | None = None,
+) -> list[dict]:
     """Run ``(name, demo, gpus, args, timeout_s)`` in order until ``deadline`` (time.monotonic()).
 
     ``not_run``: a reason that stops every run of the part before it starts (e.g. missing data).
@@ -116,13 +151,19 @@ def run_part(tag: str, part: str, runs: list[tuple[str, str, int, list[str], flo
     out = []
     for name, demo, gpus, args, timeout_s in runs:
         left = deadline - time.monotonic()
-        reason = not_run or (f"needs {gpus} GPUs" if max_gpus is not None and gpus > max_gpus else None) or \
-            ("skipped: the recording's budget was spent" if left < MIN_LEFT_S else None)
+        reason = (
+            not_run
+            or (f"needs {gpus} GPUs" if max_gpus is not None and gpus > max_gpus else None)
+            or ("skipped: the recording's budget was spent" if left < MIN_LEFT_S else None)
+        )
         if reason:
             out.append(not_run_record(name, demo, gpus, args, part, reason))
             print(f"[{tag}] {part}: {name}: not run: {reason}", flush=True)
             continue
-        print(f"[{tag}] {part}: {name} on {gpus} GPU(s), {left:.0f} s of the budget left ...", flush=True)
+        print(
+            f"[{tag}] {part}: {name} on {gpus} GPU(s), {left:.0f} s of the budget left ...",
+            flush=True,
+        )
         run = {**run_one(name, demo, gpus, args, min(timeout_s, left), show), "part": part}
         print(f"[{tag}] {part}: {name}: {status(run)} ({run['seconds']} s)", flush=True)
         out.append(run)
@@ -158,8 +199,16 @@ def loss_verdict(results: list[dict], tolerance: float = 0.05) -> dict:
     if bad is not None:
         return {"valid": False, "reason": f"loss not finite from step {bad + 1} on", **gap}
     if diffs and max(diffs) > tolerance:
-        return {"valid": False, "reason": f"loss departs from the reference by {max(diffs):.3f}", **gap}
-    return {"valid": True, "reason": f"within {tolerance} of the reference" if ref else "finite (no reference)", **gap}
+        return {
+            "valid": False,
+            "reason": f"loss departs from the reference by {max(diffs):.3f}",
+            **gap,
+        }
+    return {
+        "valid": True,
+        "reason": f"within {tolerance} of the reference" if ref else "finite (no reference)",
+        **gap,
+    }
 
 
 ONE_GPU_TOTAL_S = 480  # the one-GPU device call's recorders, all three (a call may run 600 s; the kit installs first)
@@ -172,15 +221,21 @@ def one_gpu_commands(total_s: float = ONE_GPU_TOTAL_S) -> list[str]:
     the layouts run in order of importance, so the ones a long flagship leaves no time for come last."""
     from helpers.record import ch07 as chapter07, ch09 as chapter09, flagship
 
-    return [f"{chapter09.ONE_GPU_COMMAND} --budget_s {chapter09.ONE_GPU_BUDGET_S}",
-            f"{flagship.ONE_GPU_COMMAND} --budget_s {flagship.ONE_GPU_BUDGET_S}",
-            f"{chapter07.ONE_GPU_COMMAND} --budget_s $(( END - $(date +%s) ))"]
+    return [
+        f"{chapter09.ONE_GPU_COMMAND} --budget_s {chapter09.ONE_GPU_BUDGET_S}",
+        f"{flagship.ONE_GPU_COMMAND} --budget_s {flagship.ONE_GPU_BUDGET_S}",
+        f"{chapter07.ONE_GPU_COMMAND} --budget_s $(( END - $(date +%s) ))",
+    ]
 
 
-def one_gpu_device_command(commit: str = "<commit>", out: str = '"$OUT"', total_s: float = ONE_GPU_TOTAL_S) -> str:
+def one_gpu_device_command(
+    commit: str = "<commit>", out: str = '"$OUT"', total_s: float = ONE_GPU_TOTAL_S
+) -> str:
     """One bash line for a lent one-GPU machine: the kit, the commit for the provenance, the deadline
     ``END`` (``total_s`` from after the kit), then every recorder of :func:`one_gpu_commands` with
     ``--copy_to`` (each save also lands in $OUT). ``;`` between recorders: one that fails does not stop the next."""
     runs = " ; ".join(f"{c} --copy_to {out}" for c in one_gpu_commands(total_s))
-    return (f"source .gpu-kit/activate.sh && export BOOK_GIT_COMMIT={commit} && END=$(( $(date +%s) + {total_s:g} )) "
-            f"&& {runs}")
+    return (
+        f"source .gpu-kit/activate.sh && export BOOK_GIT_COMMIT={commit} && END=$(( $(date +%s) + {total_s:g} )) "
+        f"&& {runs}"
+    )

@@ -82,7 +82,9 @@ def placement_env(nproc: int, gpus: int | None = None, force: str | None = None)
     return {"BOOK_BACKEND": "nccl"}
 
 
-def choose_backend(local_world_size: int, local_rank: int = 0, force: str | None = None) -> tuple[str, torch.device]:
+def choose_backend(
+    local_world_size: int, local_rank: int = 0, force: str | None = None
+) -> tuple[str, torch.device]:
     """Backend and device inside a rank, chosen together so they can never disagree.
 
     NCCL only works on CUDA tensors and gloo is the CPU backend: picking them separately is how

@@ -24,8 +24,14 @@ from helpers.run.launch import REPO_ROOT
 
 LOG_ENV = "BOOK_GPU_SUITE_LOG"
 RECORD_ENV = "BOOK_GPU_SUITE_RECORD"  # set: the record is rewritten after every test
-NBVAL = ["--nbval-lax", "--nbval-sanitize-with", "tests/nbval_sanitize.cfg", "--nbval-current-env",
-         "--nbval-cell-timeout", "600"]
+NBVAL = [
+    "--nbval-lax",
+    "--nbval-sanitize-with",
+    "tests/nbval_sanitize.cfg",
+    "--nbval-current-env",
+    "--nbval-cell-timeout",
+    "600",
+]
 PHASES = {"tests": ["tests", "-m", "gpu"], "notebooks": ["notebooks", *NBVAL]}
 
 
@@ -39,8 +45,13 @@ def pytest_runtest_logreport(report) -> None:
         reason = str(report.longrepr[2]).removeprefix("Skipped: ")
     elif report.failed:
         reason = str(report.longrepr).strip().splitlines()[-1][:300] if report.longrepr else ""
-    line = {"nodeid": report.nodeid, "when": report.when, "outcome": report.outcome,
-            "seconds": round(report.duration, 2), "reason": reason}
+    line = {
+        "nodeid": report.nodeid,
+        "when": report.when,
+        "outcome": report.outcome,
+        "seconds": round(report.duration, 2),
+        "reason": reason,
+    }
     with open(path, "a") as f:
         f.write(json.dumps(line) + "\n")
     if os.environ.get(RECORD_ENV):
@@ -55,8 +66,17 @@ def summarize(lines: list[dict]) -> list[dict]:
     for line in lines:
         path, _, rest = line["nodeid"].partition("::")
         key = path if path.endswith(".ipynb") else line["nodeid"]
-        e = entries.setdefault(key, {"name": key, "kind": "notebook" if key.endswith(".ipynb") else "test",
-                                     "outcome": "passed", "seconds": 0.0, "cells": 0, "failed": []})
+        e = entries.setdefault(
+            key,
+            {
+                "name": key,
+                "kind": "notebook" if key.endswith(".ipynb") else "test",
+                "outcome": "passed",
+                "seconds": 0.0,
+                "cells": 0,
+                "failed": [],
+            },
+        )
         e["seconds"] = round(e["seconds"] + line["seconds"], 2)
         e["cells"] += line["when"] == "call"
         if line["outcome"] == "failed":
@@ -92,8 +112,12 @@ def run(extra: list[str], record: bool, jobs: int = 1, copy_to: str | None = Non
     """
     log = Path(tempfile.mkdtemp(prefix="gpu-suite-")) / "tests.jsonl"
     phases = {"tests": PHASES["tests"]}
-    phases.update({f"notebooks {i + 1}/{jobs}" if jobs > 1 else "notebooks": [*g, *NBVAL]
-                   for i, g in enumerate(_groups(jobs))})
+    phases.update(
+        {
+            f"notebooks {i + 1}/{jobs}" if jobs > 1 else "notebooks": [*g, *NBVAL]
+            for i, g in enumerate(_groups(jobs))
+        }
+    )
     commands = [shlex.join(["python", "-m", "pytest", *args, *extra]) for args in phases.values()]
     env = {**os.environ, LOG_ENV: str(log)}
     if record:
@@ -101,14 +125,31 @@ def run(extra: list[str], record: bool, jobs: int = 1, copy_to: str | None = Non
     worst, running = 0, []
     for (phase, args), command in zip(phases.items(), commands):
         print(f"==> test-gpu, {phase}: {command}", flush=True)
-        cmd = [sys.executable, "-m", "pytest", *args, "-p", "helpers.run.gpu_suite", "-q", "-rfE", *extra]
+        cmd = [
+            sys.executable,
+            "-m",
+            "pytest",
+            *args,
+            "-p",
+            "helpers.run.gpu_suite",
+            "-q",
+            "-rfE",
+            *extra,
+        ]
         if phase == "tests" or jobs == 1:
             rc = subprocess.call(cmd, cwd=REPO_ROOT, env=env)
             worst = max(worst, 0 if rc == 5 else rc)
         else:  # each group's output to a file, shown when it ends (lines of groups never mix)
             out = tempfile.TemporaryFile(mode="w+")
-            running.append((phase, out, subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdout=out,
-                                                         stderr=subprocess.STDOUT, text=True)))
+            running.append(
+                (
+                    phase,
+                    out,
+                    subprocess.Popen(
+                        cmd, cwd=REPO_ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, text=True
+                    ),
+                )
+            )
     for phase, out, proc in running:
         rc = proc.wait()
         out.seek(0)
@@ -131,17 +172,28 @@ def _save(log: Path, commands: list[str], copy_to: str | None = None) -> Path:
     for e in entries:
         e["provenance"] = {k: here[k] for k in ("date", "git_commit")}
     runs = results.merge_runs(results.earlier("test_gpu"), entries)
-    return results.save("test_gpu", runs, here["command"], copy_to,
-                        extra={"gpu_count": gpu_count(), "totals": totals(runs)})
+    return results.save(
+        "test_gpu",
+        runs,
+        here["command"],
+        copy_to,
+        extra={"gpu_count": gpu_count(), "totals": totals(runs)},
+    )
 
 
 def main() -> None:
     import argparse
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--record", action="store_true", help="write results/<hardware>/test_gpu.json")
-    parser.add_argument("--jobs", type=int, default=int(os.environ.get("BOOK_GPU_JOBS", "1")),
-                        help="notebooks in this many pytest processes at once (default 1)")
+    parser.add_argument(
+        "--record", action="store_true", help="write results/<hardware>/test_gpu.json"
+    )
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=int(os.environ.get("BOOK_GPU_JOBS", "1")),
+        help="notebooks in this many pytest processes at once (default 1)",
+    )
     parser.add_argument("--copy_to", default=None, help="also write the record under this folder")
     args, extra = parser.parse_known_args()
     if args.jobs < 1:

@@ -123,8 +123,9 @@ def locks(root: str | Path | None = None) -> list[Lock]:
     return out
 
 
-def clear_stale(verbose: bool = True, root: str | Path | None = None,
-                grace_s: float = 0.5) -> list[Path]:
+def clear_stale(
+    verbose: bool = True, root: str | Path | None = None, grace_s: float = 0.5
+) -> list[Path]:
     """Delete the lock files no live process holds; keep held ones. Returns the paths removed.
 
     ``FileBaton.release`` closes the file before it deletes it (file_baton.py:60-63): a lock seen
@@ -138,17 +139,22 @@ def clear_stale(verbose: bool = True, root: str | Path | None = None,
     for lock in locks(root):
         if not lock.stale:
             if verbose:
-                print(f"kept {lock.path}: held by pid {lock.holder} ({lock.how}); a build is running, "
-                      f"let it finish", flush=True)
+                print(
+                    f"kept {lock.path}: held by pid {lock.holder} ({lock.how}); a build is running, "
+                    f"let it finish",
+                    flush=True,
+                )
             continue
         if first.get(lock.path) != lock.inode:  # new since the first look
             continue
         lock.path.unlink(missing_ok=True)
         removed.append(lock.path)
         if verbose:
-            print(f"removed stale lock {lock.path}: no live process has it open or runs in "
-                  f"{lock.path.parent.name} (a build killed midway left it, {lock.age_s:.0f} s ago)",
-                  flush=True)
+            print(
+                f"removed stale lock {lock.path}: no live process has it open or runs in "
+                f"{lock.path.parent.name} (a build killed midway left it, {lock.age_s:.0f} s ago)",
+                flush=True,
+            )
     return removed
 
 
@@ -180,20 +186,31 @@ def timeout_hint(lines_by_rank: dict[int, list[str]], root: str | Path | None = 
     if building:
         ranks = [r for r in building if r >= 0]
         one = len(ranks) <= 1
-        who = f"Ranks {', '.join(map(str, ranks))}" if not one else f"Rank {ranks[0]}" if ranks \
+        who = (
+            f"Ranks {', '.join(map(str, ranks))}"
+            if not one
+            else f"Rank {ranks[0]}"
+            if ranks
             else "A process"
+        )
         names = ", ".join(sorted({n for names in building.values() for n in names}))
-        parts.append(f"{who} printed Colossal-AI's \"Compiling the JIT {names} kernel\" line and "
-                     f"never finished: {'it was' if one else 'they were'} building the kernel "
-                     f"(or waiting for another rank's build) when killed, and the build lock left "
-                     f"behind makes every later Colossal-AI run on this machine wait forever, "
-                     f"silently. Run `{CLEAR_COMMAND}`, then `make kernels` once (about a minute on "
-                     f"a fresh GPU machine) before timed runs.")
+        parts.append(
+            f'{who} printed Colossal-AI\'s "Compiling the JIT {names} kernel" line and '
+            f"never finished: {'it was' if one else 'they were'} building the kernel "
+            f"(or waiting for another rank's build) when killed, and the build lock left "
+            f"behind makes every later Colossal-AI run on this machine wait forever, "
+            f"silently. Run `{CLEAR_COMMAND}`, then `make kernels` once (about a minute on "
+            f"a fresh GPU machine) before timed runs."
+        )
     elif stale:
-        parts.append("A kernel build killed earlier left a lock that makes every Colossal-AI run on "
-                     "this machine wait forever, silently.")
+        parts.append(
+            "A kernel build killed earlier left a lock that makes every Colossal-AI run on "
+            "this machine wait forever, silently."
+        )
     for lock in stale:
-        parts.append(f"Stale lock (no live process holds it): {lock.path}; delete it: rm {lock.path}")
+        parts.append(
+            f"Stale lock (no live process holds it): {lock.path}; delete it: rm {lock.path}"
+        )
     return " ".join(parts)
 
 
@@ -205,8 +222,11 @@ def _wait_for_others(folder: Path, progress: bool, every_s: float = TICK_S) -> N
     while held := [lock for lock in locks(folder) if lock.holder not in (None, os.getpid())]:
         if progress and time.monotonic() - last >= every_s:
             last = time.monotonic()
-            print(f"waiting for pid {held[0].holder} ({held[0].how}) to finish building in {folder} "
-                  f"… {last - start:.0f} s", flush=True)
+            print(
+                f"waiting for pid {held[0].holder} ({held[0].how}) to finish building in {folder} "
+                f"… {last - start:.0f} s",
+                flush=True,
+            )
         time.sleep(0.5)
     clear_stale(verbose=progress, root=folder)
 
@@ -224,8 +244,10 @@ def _ticker(name: str, folder: Path, progress: bool, every_s: float = TICK_S):
             other = [lock for lock in found if lock.holder not in (None, os.getpid())]
             if any(lock.stale for lock in found) and clear_stale(verbose=False, root=folder):
                 state["died"] = True
-                line = (f"the build this run waited for died, leaving its lock in {folder}: removed "
-                        f"it; {name} will be built again in a fresh process")
+                line = (
+                    f"the build this run waited for died, leaving its lock in {folder}: removed "
+                    f"it; {name} will be built again in a fresh process"
+                )
             elif other:
                 line = f"waiting for pid {other[0].holder}'s build ({other[0].path}) … {waited}"
             else:  # loading a kernel built before takes a second or two: no line
@@ -277,22 +299,31 @@ def ensure(progress: bool = True) -> dict[str, float]:
                 if state["died"]:  # torch's versioner in this process would skip the build now
                     subprocess.run([sys.executable, "-m", "helpers.run.kernels"], check=True)
                     return took
-                raise RuntimeError(f"Colossal-AI's {name} kernel could not be built or loaded in "
-                                   f"{folder}: {type(err).__name__}: {err}") from err
+                raise RuntimeError(
+                    f"Colossal-AI's {name} kernel could not be built or loaded in "
+                    f"{folder}: {type(err).__name__}: {err}"
+                ) from err
         took[name] = time.monotonic() - start
         if progress:
-            print(f"{name}: {'loaded' if cached else 'built'} in {took[name]:.1f} s ({folder})",
-                  flush=True)
+            print(
+                f"{name}: {'loaded' if cached else 'built'} in {took[name]:.1f} s ({folder})",
+                flush=True,
+            )
     return took
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m helpers.run.kernels",
-                                     description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m helpers.run.kernels", description=__doc__.split("\n")[0]
+    )
     what = parser.add_mutually_exclusive_group()
     what.add_argument("--list", action="store_true", help="every lock file and the built kernels")
-    what.add_argument("--clear-stale", action="store_true", help="delete locks no live process holds")
-    parser.add_argument("--root", help="where to look (default ~/.cache/colossalai/torch_extensions)")
+    what.add_argument(
+        "--clear-stale", action="store_true", help="delete locks no live process holds"
+    )
+    parser.add_argument(
+        "--root", help="where to look (default ~/.cache/colossalai/torch_extensions)"
+    )
     args = parser.parse_args(argv)
     root = Path(args.root) if args.root else extension_root()
     if args.list:

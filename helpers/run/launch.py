@@ -36,13 +36,19 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 _RANK_LINE = re.compile(r"^\[(?:rank|default)(\d+)\]:(.*)$")
 _ROOT_CAUSE_RANK = re.compile(r"^\s*rank\s*:\s*(\d+)")
 LAUNCHER = -1  # pseudo-rank for torchrun's own lines
-QUIET_ENV = {"PYTHONWARNINGS": "ignore", "TRANSFORMERS_VERBOSITY": "error", "TORCH_CPP_LOG_LEVEL": "ERROR"}
+QUIET_ENV = {
+    "PYTHONWARNINGS": "ignore",
+    "TRANSFORMERS_VERBOSITY": "error",
+    "TORCH_CPP_LOG_LEVEL": "ERROR",
+}
 
 
 class LaunchError(RuntimeError):
     """A demo failed: a rank crashed, printed no result, or ran past its timeout."""
 
-    def __init__(self, message: str, rank: int | None, lines: dict[int, list[str]], returncode: int | None):
+    def __init__(
+        self, message: str, rank: int | None, lines: dict[int, list[str]], returncode: int | None
+    ):
         super().__init__(message)
         self.rank = rank
         self.lines = lines
@@ -73,18 +79,29 @@ class LaunchResult:
         return found[0]
 
 
-def torchrun_command(demo: str, nproc: int, args: list[str] | tuple[str, ...] = (), log_dir: str | None = None) -> list[str]:
+def torchrun_command(
+    demo: str, nproc: int, args: list[str] | tuple[str, ...] = (), log_dir: str | None = None
+) -> list[str]:
     """The exact command line the launcher runs (shown in the book, recorded with GPU results)."""
     if nproc < 1:
         raise ValueError(f"nproc must be at least 1, got {nproc}")
     module = demo if demo.startswith("helpers.") else f"helpers.demos.{demo}"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", "--tee=3"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc_per_node={nproc}",
+        "--tee=3",
+    ]
     if log_dir:
         cmd.append(f"--log-dir={log_dir}")
     return cmd + ["-m", module, *map(str, args)]
 
 
-def rank_env(nproc: int, extra: dict[str, str] | None = None, force: str | None = None) -> dict[str, str]:
+def rank_env(
+    nproc: int, extra: dict[str, str] | None = None, force: str | None = None
+) -> dict[str, str]:
     """The ranks' environment: this process's, the placement rule's, then ``extra``.
 
     :func:`helpers.run.env.placement` decides GPU+NCCL (``nproc`` <= GPUs) or CPU+gloo with CUDA
@@ -114,8 +131,14 @@ def _kill_all(procs: list[psutil.Process], grace_s: float = 3.0) -> None:
 
 
 # Errors a rank raises because *another* rank died: never the root cause.
-_KNOCK_ON = ("Connection closed by peer", "remote worker", "Connection reset by peer", "Broken pipe",
-             "NCCL communicator was aborted", "ProcessGroupNCCL is aborted")
+_KNOCK_ON = (
+    "Connection closed by peer",
+    "remote worker",
+    "Connection reset by peer",
+    "Broken pipe",
+    "NCCL communicator was aborted",
+    "ProcessGroupNCCL is aborted",
+)
 
 
 def _failing_rank(lines: dict[int, list[str]]) -> int | None:
@@ -125,14 +148,19 @@ def _failing_rank(lines: dict[int, list[str]]) -> int | None:
     busy machine torchrun may see a partner exit first; so a rank whose traceback ends in such a
     knock-on error is only chosen when no rank failed for a reason of its own.
     """
-    with_traceback = [r for r in sorted(k for k in lines if k != LAUNCHER)
-                      if any("Traceback" in line for line in lines[r])]
+    with_traceback = [
+        r
+        for r in sorted(k for k in lines if k != LAUNCHER)
+        if any("Traceback" in line for line in lines[r])
+    ]
     own = [r for r in with_traceback if not any(s in "\n".join(lines[r][-5:]) for s in _KNOCK_ON)]
     if own:
         return own[0]
     launcher = lines.get(LAUNCHER, [])
     killed = _killed_by_signal(launcher)
-    if killed:  # e.g. SIGKILL (OOM killer, a lost node): no traceback, and torchrun's tie-break may miss it
+    if (
+        killed
+    ):  # e.g. SIGKILL (OOM killer, a lost node): no traceback, and torchrun's tie-break may miss it
         return killed[0]
     for i, line in enumerate(launcher):
         if "Root Cause" in line:
@@ -188,7 +216,9 @@ def launch(
     log_dir = tempfile.mkdtemp(prefix="book-torchrun-")
     cmd = torchrun_command(demo, nproc, args, log_dir=log_dir)
     child_env = rank_env(nproc, env)
-    child_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), child_env.get("PYTHONPATH")]))
+    child_env["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [str(REPO_ROOT), child_env.get("PYTHONPATH")])
+    )
     child_env.setdefault("OMP_NUM_THREADS", "1")
     for name, value in QUIET_ENV.items():  # library chatter is not part of a demo's output
         child_env.setdefault(name, value)
@@ -196,11 +226,19 @@ def launch(
 
     start = time.monotonic()
     proc = subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
-        env=child_env, cwd=REPO_ROOT, start_new_session=True,
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        bufsize=1,
+        env=child_env,
+        cwd=REPO_ROOT,
+        start_new_session=True,
     )
     out: queue.Queue[str | None] = queue.Queue()
-    reader = threading.Thread(target=lambda: [out.put(l) for l in proc.stdout] + [out.put(None)], daemon=True)
+    reader = threading.Thread(
+        target=lambda: [out.put(l) for l in proc.stdout] + [out.put(None)], daemon=True
+    )
     reader.start()
 
     lines: dict[int, list[str]] = {}
@@ -248,7 +286,9 @@ def launch(
             f"Ranks that printed something: {running}. Last lines:\n"
             + "\n".join(f"[rank{r}] {_tail(lines[r], 5)}" for r in running)
             + (f"\n{hint}" if (hint := timeout_hint(lines)) else ""),
-            None, lines, None,
+            None,
+            lines,
+            None,
         )
     if proc.returncode != 0:
         rank = _failing_rank(lines)
@@ -257,13 +297,17 @@ def launch(
             f"{name} failed (exit code {proc.returncode})"
             + (f" on rank {rank}" if rank is not None else "")
             + f". Its output:\n{_tail(shown)}",
-            rank, lines, proc.returncode,
+            rank,
+            lines,
+            proc.returncode,
         )
     if expect_results and not results:
         raise LaunchError(
             f"{name} exited cleanly but printed no RESULT line: a demo must report through "
             f"helpers.run.env.emit(...). Rank 0's output:\n{_tail(lines.get(0, []))}",
-            None, lines, proc.returncode,
+            None,
+            lines,
+            proc.returncode,
         )
     results.sort(key=lambda x: x["rank"])
     if show != "none":
@@ -277,7 +321,7 @@ def _take_line(line: str, lines: dict[int, list[str]], results: list[dict], show
     text = text.removeprefix(f"[rank{rank}]: ")  # torch's excepthook prefixes tracebacks itself
     lines.setdefault(rank, []).append(text)
     if rank != LAUNCHER and text.startswith(RESULT_PREFIX):
-        results.append(json.loads(text[len(RESULT_PREFIX):]))
+        results.append(json.loads(text[len(RESULT_PREFIX) :]))
         return
     if show == "all" and rank != LAUNCHER:
         print(f"[rank{rank}] {text}", flush=True)

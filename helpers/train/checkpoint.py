@@ -57,7 +57,9 @@ def latest(root: str | os.PathLike) -> Path | None:
     root = Path(root)
     if not root.is_dir():
         return None
-    found = [(int(m.group(1)), p) for p in root.iterdir() if p.is_dir() and (m := STEP_DIR.match(p.name))]
+    found = [
+        (int(m.group(1)), p) for p in root.iterdir() if p.is_dir() and (m := STEP_DIR.match(p.name))
+    ]
     return max(found)[1] if found else None
 
 
@@ -128,7 +130,11 @@ def write_json_atomic(path: Path, data: dict) -> None:
 
 def rng_state() -> dict:
     """Every random stream a training step may draw from, on this rank."""
-    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    state = {
+        "python": random.getstate(),
+        "numpy": np.random.get_state(),
+        "torch": torch.get_rng_state(),
+    }
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         state["cuda"] = torch.cuda.get_rng_state()  # this rank's own device only
     return state
@@ -166,7 +172,7 @@ class ResumableSampler(DistributedSampler):
         self.start = start
 
     def __iter__(self):
-        indices = list(super().__iter__())[self.start:]
+        indices = list(super().__iter__())[self.start :]
         self.start = 0  # only the first epoch after a resume is partial
         return iter(indices)
 
@@ -192,9 +198,21 @@ def _rank_file(folder: Path, rank: int) -> Path:
     return folder / f"rank{rank:05d}.pt"
 
 
-def save(booster, model, optimizer, scheduler, root: str | os.PathLike, step: int, data: DataPosition,
-         layout: dict, losses: list[float], shard: bool = False, extra: dict | None = None,
-         kill_rank: int | None = None, keep_last: int | None = None) -> Path:
+def save(
+    booster,
+    model,
+    optimizer,
+    scheduler,
+    root: str | os.PathLike,
+    step: int,
+    data: DataPosition,
+    layout: dict,
+    losses: list[float],
+    shard: bool = False,
+    extra: dict | None = None,
+    kill_rank: int | None = None,
+    keep_last: int | None = None,
+) -> Path:
     """Save everything needed to continue after ``step`` completed steps; returns the final folder.
 
     ``keep_last``: after publishing, delete all but the newest k checkpoints (:func:`prune`).
@@ -206,7 +224,9 @@ def save(booster, model, optimizer, scheduler, root: str | os.PathLike, step: in
     final = step_dir(root, step)
     with atomic_dir(final) as tmp:
         booster.save_model(model, str(tmp / ("model" if shard else "model.pt")), shard=shard)
-        booster.save_optimizer(optimizer, str(tmp / ("optimizer" if shard else "optimizer.pt")), shard=shard)
+        booster.save_optimizer(
+            optimizer, str(tmp / ("optimizer" if shard else "optimizer.pt")), shard=shard
+        )
         if scheduler is not None:
             booster.save_lr_scheduler(scheduler, str(tmp / "lr_scheduler.pt"))
         torch.save({"rng": rng_state(), "data": vars(data)}, _rank_file(tmp, rank))
@@ -218,10 +238,16 @@ def save(booster, model, optimizer, scheduler, root: str | os.PathLike, step: in
         if rank == 0:
             import colossalai
 
-            meta = {"step": step, "layout": layout, "data": vars(data), "losses": list(losses),
-                    "shard": shard, "saved_at": time.strftime("%Y-%m-%d %H:%M:%S"),
-                    "versions": {"torch": torch.__version__, "colossalai": colossalai.__version__},
-                    **(extra or {})}
+            meta = {
+                "step": step,
+                "layout": layout,
+                "data": vars(data),
+                "losses": list(losses),
+                "shard": shard,
+                "saved_at": time.strftime("%Y-%m-%d %H:%M:%S"),
+                "versions": {"torch": torch.__version__, "colossalai": colossalai.__version__},
+                **(extra or {}),
+            }
             write_json_atomic(tmp / "meta.json", meta)
     if keep_last is not None and _rank() == 0:
         prune(root, keep_last, protect=final)
@@ -236,8 +262,14 @@ def prune(root: str | os.PathLike, keep_last: int, protect: Path | None = None) 
     if keep_last < 1:
         raise ValueError(f"keep_last must be at least 1, got {keep_last}")
     root = Path(root)
-    found = sorted((int(m.group(1)), p) for p in root.iterdir() if p.is_dir() and (m := STEP_DIR.match(p.name)))
-    doomed = [p for _, p in found[:-keep_last] if protect is None or p.resolve() != Path(protect).resolve()]
+    found = sorted(
+        (int(m.group(1)), p) for p in root.iterdir() if p.is_dir() and (m := STEP_DIR.match(p.name))
+    )
+    doomed = [
+        p
+        for _, p in found[:-keep_last]
+        if protect is None or p.resolve() != Path(protect).resolve()
+    ]
     for path in doomed:
         trash = path.with_name(TMP_PREFIX + "old-" + path.name)
         os.replace(path, trash)
@@ -273,7 +305,8 @@ def check_layout(saved: dict, now: dict, path: Path, reshard: bool = False) -> N
             listed = ", ".join(f"{k} {a} -> {b}" for k, (a, b) in sorted(fixed.items()))
             raise IncompatibleCheckpoint(
                 f"cannot reshard {path.name}: {listed}. A resumed run must keep the global batch size "
-                "and the seed, or it is a different run; only the split over ranks may change.")
+                "and the seed, or it is a different run; only the split over ranks may change."
+            )
         return
     if diffs:
         listed = ", ".join(f"{k} {a} -> {b}" for k, (a, b) in sorted(diffs.items()))
@@ -286,8 +319,15 @@ def check_layout(saved: dict, now: dict, path: Path, reshard: bool = False) -> N
         )
 
 
-def load(booster, model, optimizer, scheduler, path: str | os.PathLike, layout: dict,
-         reshard: bool = False) -> Resumed:
+def load(
+    booster,
+    model,
+    optimizer,
+    scheduler,
+    path: str | os.PathLike,
+    layout: dict,
+    reshard: bool = False,
+) -> Resumed:
     """Restore a checkpoint written by :func:`save` on every rank; the caller's RNG is replaced.
 
     Under another layout (``reshard``) the saved per-rank RNG states belong to other ranks: each
@@ -302,7 +342,9 @@ def load(booster, model, optimizer, scheduler, path: str | os.PathLike, layout: 
     if scheduler is not None:
         booster.load_lr_scheduler(scheduler, str(path / "lr_scheduler.pt"))
     if meta["layout"] == layout:
-        own = torch.load(_rank_file(path, _rank()), weights_only=False)  # our own file: RNG tuples, not only tensors
+        own = torch.load(
+            _rank_file(path, _rank()), weights_only=False
+        )  # our own file: RNG tuples, not only tensors
         set_rng_state(own["rng"])
         data = DataPosition(**own["data"])
     else:  # resharded: the saved streams were other ranks'; start new ones, deterministically
@@ -342,7 +384,9 @@ def full_weights(path: str | os.PathLike) -> dict[str, torch.Tensor]:
         return torch.load(path / "model.pt", map_location="cpu", weights_only=True)
     index = next((path / "model").glob("*.index.json"), None)
     if index is None:
-        raise FileNotFoundError(f"{path} holds neither model.pt nor a sharded model/ folder with an index")
+        raise FileNotFoundError(
+            f"{path} holds neither model.pt nor a sharded model/ folder with an index"
+        )
     state: dict[str, torch.Tensor] = {}
     for name in sorted(set(json.loads(index.read_text())["weight_map"].values())):
         if name.endswith(".safetensors"):
@@ -358,4 +402,6 @@ def max_param_diff(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> fl
     """Largest |a - b| over every parameter of two state dicts (they must have the same keys)."""
     if a.keys() != b.keys():
         raise KeyError(f"different parameters: {sorted(a.keys() ^ b.keys())[:5]}")
-    return max(float((a[k].double() - b[k].double()).abs().max()) if a[k].numel() else 0.0 for k in a)
+    return max(
+        float((a[k].double() - b[k].double()).abs().max()) if a[k].numel() else 0.0 for k in a
+    )

@@ -31,11 +31,26 @@ from helpers.run.launch import QUIET_ENV, REPO_ROOT, _descendants, _kill_all, ra
 
 DEMO = "helpers.demos.ch08_fail"
 KERNEL_LOCK_DEMO = "helpers.demos.ch08_kernel_lock"
-LABS = ("init_hang", "collective_mismatch", "port_in_use", "rank_crash", "nan_loss", "cpu_oom", "cpu_oom_recompute",
-        "stale_kernel_lock", "stale_kernel_lock_cleared")
-EXPECTED = {"init_hang": "init_hang", "collective_mismatch": "collective_mismatch", "port_in_use": "port_in_use",
-            "rank_crash": "rank_crash", "nan_loss": "nan_loss", "cpu_oom": "out_of_memory",
-            "stale_kernel_lock": "stale_kernel_lock"}
+LABS = (
+    "init_hang",
+    "collective_mismatch",
+    "port_in_use",
+    "rank_crash",
+    "nan_loss",
+    "cpu_oom",
+    "cpu_oom_recompute",
+    "stale_kernel_lock",
+    "stale_kernel_lock_cleared",
+)
+EXPECTED = {
+    "init_hang": "init_hang",
+    "collective_mismatch": "collective_mismatch",
+    "port_in_use": "port_in_use",
+    "rank_crash": "rank_crash",
+    "nan_loss": "nan_loss",
+    "cpu_oom": "out_of_memory",
+    "stale_kernel_lock": "stale_kernel_lock",
+}
 
 
 @dataclass
@@ -49,7 +64,11 @@ class LabRun:
 
     def tail(self, n: int = 6, contains: str | None = None) -> str:
         """The last ``n`` log lines (only those containing ``contains`` if given)."""
-        lines = [ln for ln in self.log.splitlines() if ln.strip() and (contains is None or contains in ln)]
+        lines = [
+            ln
+            for ln in self.log.splitlines()
+            if ln.strip() and (contains is None or contains in ln)
+        ]
         return "\n".join(lines[-n:])
 
 
@@ -60,16 +79,34 @@ def _free_port() -> int:
 
 
 def _torchrun(nproc: int, args: list[str], port: int | None = None) -> list[str]:
-    where = ["--standalone"] if port is None else ["--nnodes=1", "--master_addr=127.0.0.1", f"--master_port={port}"]
-    return [sys.executable, "-m", "torch.distributed.run", *where, f"--nproc_per_node={nproc}", "-m", DEMO, *args]
+    where = (
+        ["--standalone"]
+        if port is None
+        else ["--nnodes=1", "--master_addr=127.0.0.1", f"--master_port={port}"]
+    )
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        *where,
+        f"--nproc_per_node={nproc}",
+        "-m",
+        DEMO,
+        *args,
+    ]
 
 
 def lab_command(name: str, port: int | None = None) -> tuple[list[str], dict[str, str]]:
     """(command, extra environment) of a lab."""
     if name == "init_hang":  # one process started by hand, but it is told the world has two
         return [sys.executable, "-m", DEMO, "--mode", "ok", "--timeout_s", "5"], {
-            "RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1",
-            "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port or _free_port())}
+            "RANK": "0",
+            "WORLD_SIZE": "2",
+            "LOCAL_RANK": "0",
+            "LOCAL_WORLD_SIZE": "1",
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(port or _free_port()),
+        }
     if name == "collective_mismatch":
         return _torchrun(2, ["--mode", "skip", "--timeout_s", "5"]), {}
     if name == "port_in_use":
@@ -80,11 +117,16 @@ def lab_command(name: str, port: int | None = None) -> tuple[list[str], dict[str
         return _torchrun(2, ["--mode", "nan", "--timeout_s", "5"]), {}
     if name in ("cpu_oom", "cpu_oom_recompute"):
         # a fixed mmap threshold: glibc returns freed tensors to the OS, so the cap sees live memory only
-        return [sys.executable, "-m", DEMO, "--mode", "oom"] + (["--recompute"] if name.endswith("recompute") else []), \
-            {"MALLOC_MMAP_THRESHOLD_": "1048576"}
-    if name in ("stale_kernel_lock", "stale_kernel_lock_cleared"):  # in a temporary folder, never ~/.cache
-        return [sys.executable, "-m", KERNEL_LOCK_DEMO, "--timeout_s", "3"] + \
-            (["--clear"] if name.endswith("cleared") else []), {}
+        return [sys.executable, "-m", DEMO, "--mode", "oom"] + (
+            ["--recompute"] if name.endswith("recompute") else []
+        ), {"MALLOC_MMAP_THRESHOLD_": "1048576"}
+    if name in (
+        "stale_kernel_lock",
+        "stale_kernel_lock_cleared",
+    ):  # in a temporary folder, never ~/.cache
+        return [sys.executable, "-m", KERNEL_LOCK_DEMO, "--timeout_s", "3"] + (
+            ["--clear"] if name.endswith("cleared") else []
+        ), {}
     raise ValueError(f"unknown lab {name!r}: one of {LABS}")
 
 
@@ -99,12 +141,21 @@ def run_lab(name: str, timeout_s: float = 90.0) -> LabRun:
         port = holder.getsockname()[1]
     cmd, extra = lab_command(name, port)
     # the labs reproduce CPU (gloo) failures whatever the machine: the launcher forces the CPU
-    env = rank_env(2, {**QUIET_ENV, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", **extra}, force="gloo")
+    env = rank_env(
+        2, {**QUIET_ENV, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", **extra}, force="gloo"
+    )
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
     start = time.monotonic()
     out = tempfile.TemporaryFile(mode="w+")  # a file, not a pipe: a long log cannot block the ranks
-    proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, text=True, env=env,
-                            cwd=REPO_ROOT, start_new_session=True)
+    proc = subprocess.Popen(
+        cmd,
+        stdout=out,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+        cwd=REPO_ROOT,
+        start_new_session=True,
+    )
     seen: dict[int, psutil.Process] = {}
     try:
         while proc.poll() is None and time.monotonic() - start < timeout_s:

@@ -17,8 +17,21 @@ cross-entropy, the optimizer, copies and casts, other elementwise) and the longe
 
 from __future__ import annotations
 
-_COMM_WORDS = ("nccl", "gloo", "c10d::", "all_reduce", "allreduce", "all_gather", "allgather", "reduce_scatter",
-               "reducescatter", "broadcast", "all_to_all", "alltoall", "sendrecv")
+_COMM_WORDS = (
+    "nccl",
+    "gloo",
+    "c10d::",
+    "all_reduce",
+    "allreduce",
+    "all_gather",
+    "allgather",
+    "reduce_scatter",
+    "reducescatter",
+    "broadcast",
+    "all_to_all",
+    "alltoall",
+    "sendrecv",
+)
 
 
 def is_comm(name: str) -> bool:
@@ -44,7 +57,12 @@ def split(events: list[tuple[str, float, float]]) -> dict:
     t_comm, t_compute = merged_length(comm), merged_length(compute)
     exposed = merged_length(comm + compute) - t_compute
     share = t_comm / (t_comm + t_compute) if t_comm + t_compute else 0.0
-    return {"compute_us": t_compute, "comm_us": t_comm, "exposed_comm_us": exposed, "comm_share": share}
+    return {
+        "compute_us": t_compute,
+        "comm_us": t_comm,
+        "exposed_comm_us": exposed,
+        "comm_share": share,
+    }
 
 
 def device_events(prof, device: str) -> list[tuple[str, float, float]]:
@@ -55,7 +73,11 @@ def device_events(prof, device: str) -> list[tuple[str, float, float]]:
     for e in prof.events():
         if device == "cuda" and e.device_type == DeviceType.CUDA:
             out.append((e.name, e.time_range.start, e.time_range.end))
-        elif device == "cpu" and e.device_type == DeviceType.CPU and (e.name.startswith("aten::") or is_comm(e.name)):
+        elif (
+            device == "cpu"
+            and e.device_type == DeviceType.CPU
+            and (e.name.startswith("aten::") or is_comm(e.name))
+        ):
             out.append((e.name, e.time_range.start, e.time_range.end))
     return out
 
@@ -64,7 +86,11 @@ def breakdown(prof, device: str, steps: int) -> dict:
     """Per-step milliseconds of compute, communication and exposed communication, and the share."""
     events = device_events(prof, device)
     parts = split(events)
-    out = {k.replace("_us", "_ms"): round(v / 1000 / steps, 3) for k, v in parts.items() if k.endswith("_us")}
+    out = {
+        k.replace("_us", "_ms"): round(v / 1000 / steps, 3)
+        for k, v in parts.items()
+        if k.endswith("_us")
+    }
     out["comm_share"] = round(parts["comm_share"], 4)
     out["device"] = device
     out["kernels"] = kernel_classes(events, steps)
@@ -74,7 +100,20 @@ def breakdown(prof, device: str, steps: int) -> dict:
 KERNEL_CLASSES = (  # (class, words in the kernel's name); the first match wins, "elementwise/other" is the rest
     ("communication", _COMM_WORDS),
     ("attention", ("flash", "fmha", "attention", "attn")),
-    ("matmul", ("gemm", "cutlass", "xmma", "nvjet", "cublas", "aten::mm", "aten::addmm", "aten::bmm", "matmul")),
+    (
+        "matmul",
+        (
+            "gemm",
+            "cutlass",
+            "xmma",
+            "nvjet",
+            "cublas",
+            "aten::mm",
+            "aten::addmm",
+            "aten::bmm",
+            "matmul",
+        ),
+    ),
     ("triton (compiled)", ("triton",)),
     ("cross-entropy", ("log_softmax", "nll_loss", "cross_entropy", "softmax")),
     ("optimizer", ("adam", "multi_tensor", "foreach")),
@@ -84,7 +123,9 @@ KERNEL_CLASSES = (  # (class, words in the kernel's name); the first match wins,
 
 def kernel_class(name: str) -> str:
     low = name.lower()
-    return next((c for c, words in KERNEL_CLASSES if any(w in low for w in words)), "elementwise/other")
+    return next(
+        (c for c, words in KERNEL_CLASSES if any(w in low for w in words)), "elementwise/other"
+    )
 
 
 def kernel_classes(events: list[tuple[str, float, float]], steps: int, top: int = 5) -> dict:
@@ -97,5 +138,10 @@ def kernel_classes(events: list[tuple[str, float, float]], steps: int, top: int 
         per_class[kernel_class(name)] = per_class.get(kernel_class(name), 0.0) + (b - a)
         per_name[name] = per_name.get(name, 0.0) + (b - a)
     longest = sorted(per_name.items(), key=lambda kv: -kv[1])[:top]
-    return {"ms": {c: round(v / 1000 / steps, 3) for c, v in sorted(per_class.items(), key=lambda kv: -kv[1])},
-            "top": [[n[:90], round(v / 1000 / steps, 3)] for n, v in longest]}
+    return {
+        "ms": {
+            c: round(v / 1000 / steps, 3)
+            for c, v in sorted(per_class.items(), key=lambda kv: -kv[1])
+        },
+        "top": [[n[:90], round(v / 1000 / steps, 3)] for n, v in longest],
+    }

@@ -34,7 +34,9 @@ def check_close(what: str, got: torch.Tensor, want: torch.Tensor) -> float:
         try:
             torch.testing.assert_close(got, want, **tol)
         except AssertionError as err:
-            raise AssertionError(f"{what} disagrees with the single-process reference:\n{err}") from None
+            raise AssertionError(
+                f"{what} disagrees with the single-process reference:\n{err}"
+            ) from None
     return float((got.float() - want.float()).abs().max()) if got.numel() else 0.0
 
 
@@ -48,7 +50,9 @@ def global_max(value: float, device: torch.device) -> float:
     """The largest ``value`` over all ranks (a collective: every rank must call it)."""
     import torch.distributed as dist
 
-    t = torch.tensor([value], dtype=torch.float64 if device.type == "cpu" else torch.float32, device=device)
+    t = torch.tensor(
+        [value], dtype=torch.float64 if device.type == "cpu" else torch.float32, device=device
+    )
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     return float(t.item())
 

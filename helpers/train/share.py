@@ -68,7 +68,9 @@ class _Leave(_Enter):
 
 
 def _keep(linear: nn.Linear, dim: int, rank: int, size: int) -> None:
-    linear.weight = nn.Parameter(shard(linear.weight, dim, rank, size))  # dim 0: rows (outputs), 1: columns
+    linear.weight = nn.Parameter(
+        shard(linear.weight, dim, rank, size)
+    )  # dim 0: rows (outputs), 1: columns
 
 
 def tensor_parallel_llama(model, rank: int, size: int, switch: CommSwitch, group=None):
@@ -78,9 +80,15 @@ def tensor_parallel_llama(model, rank: int, size: int, switch: CommSwitch, group
     keeps H/size query heads and KV/size key-value heads just runs on its own heads.
     """
     config = model.config
-    if config.num_attention_heads % size or config.num_key_value_heads % size or config.intermediate_size % size:
-        raise ValueError(f"heads {config.num_attention_heads}, KV heads {config.num_key_value_heads} and MLP "
-                         f"width {config.intermediate_size} must all be divisible by tp={size}")
+    if (
+        config.num_attention_heads % size
+        or config.num_key_value_heads % size
+        or config.intermediate_size % size
+    ):
+        raise ValueError(
+            f"heads {config.num_attention_heads}, KV heads {config.num_key_value_heads} and MLP "
+            f"width {config.intermediate_size} must all be divisible by tp={size}"
+        )
     for layer in model.model.layers:
         attn, mlp = layer.self_attn, layer.mlp
         for lin in (attn.q_proj, attn.k_proj, attn.v_proj, mlp.gate_proj, mlp.up_proj):
@@ -88,7 +96,9 @@ def tensor_parallel_llama(model, rank: int, size: int, switch: CommSwitch, group
         for lin in (attn.o_proj, mlp.down_proj):
             _keep(lin, 1, rank, size)  # row-parallel: (h, in/size), a partial sum
         layer.input_layernorm = nn.Sequential(layer.input_layernorm, _Enter(switch, group))
-        layer.post_attention_layernorm = nn.Sequential(layer.post_attention_layernorm, _Enter(switch, group))
+        layer.post_attention_layernorm = nn.Sequential(
+            layer.post_attention_layernorm, _Enter(switch, group)
+        )
         attn.o_proj = nn.Sequential(attn.o_proj, _Leave(switch, group))
         mlp.down_proj = nn.Sequential(mlp.down_proj, _Leave(switch, group))
     return model
@@ -97,10 +107,12 @@ def tensor_parallel_llama(model, rank: int, size: int, switch: CommSwitch, group
 def flat_gradients(model) -> torch.Tensor:
     """Point every ``.grad`` into one flat buffer (backward accumulates in place), and return it."""
     params = [p for p in model.parameters() if p.requires_grad]
-    flat = torch.zeros(sum(p.numel() for p in params), dtype=params[0].dtype, device=params[0].device)
+    flat = torch.zeros(
+        sum(p.numel() for p in params), dtype=params[0].dtype, device=params[0].device
+    )
     offset = 0
     for p in params:
-        p.grad = flat[offset:offset + p.numel()].view_as(p)
+        p.grad = flat[offset : offset + p.numel()].view_as(p)
         offset += p.numel()
     return flat
 
@@ -108,7 +120,9 @@ def flat_gradients(model) -> torch.Tensor:
 class Trainer:
     """One layout's training step with communication switchable on and off."""
 
-    def __init__(self, layout: str, model, world_size: int, lr: float = 1e-4, bucket_cap_mb: float = 25.0):
+    def __init__(
+        self, layout: str, model, world_size: int, lr: float = 1e-4, bucket_cap_mb: float = 25.0
+    ):
         if layout not in LAYOUTS:
             raise ValueError(f"layout must be one of {LAYOUTS}, not {layout!r}")
         self.layout, self.world_size, self.switch = layout, world_size, CommSwitch()
@@ -118,7 +132,10 @@ class Trainer:
         elif layout == "ddp":
             device = next(model.parameters()).device
             model = nn.parallel.DistributedDataParallel(
-                model, device_ids=[device] if device.type == "cuda" else None, bucket_cap_mb=bucket_cap_mb)
+                model,
+                device_ids=[device] if device.type == "cuda" else None,
+                bucket_cap_mb=bucket_cap_mb,
+            )
         self.model = model
         self.flat = flat_gradients(model) if layout == "dp" else None
         self.opt = torch.optim.AdamW(model.parameters(), lr=lr, foreach=True)
@@ -137,7 +154,9 @@ class Trainer:
             dist.all_reduce(self.flat)  # one message of every gradient, after backward
             self.flat.div_(self.world_size)
         self.opt.step()
-        self.model.zero_grad(set_to_none=self.layout != "dp")  # dp: keep the views into the flat buffer
+        self.model.zero_grad(
+            set_to_none=self.layout != "dp"
+        )  # dp: keep the views into the flat buffer
         return loss.detach()
 
 
@@ -161,7 +180,10 @@ def replicas_agree(model, layout: str) -> bool:
     norms and head for tp) agree bit for bit across ranks?"""
     module = getattr(model, "module", model)  # DDP wraps the model
     shared = [p for n, p in module.named_parameters() if layout != "tp" or "_proj" not in n]
-    local = torch.stack([p.detach().double().sum() for p in shared] + [p.detach().double().abs().sum() for p in shared])
+    local = torch.stack(
+        [p.detach().double().sum() for p in shared]
+        + [p.detach().double().abs().sum() for p in shared]
+    )
     low, high = local.clone(), local.clone()
     dist.all_reduce(low, op=dist.ReduceOp.MIN)
     dist.all_reduce(high, op=dist.ReduceOp.MAX)
@@ -186,4 +208,7 @@ def nccl_kernel_times(trainer, batches, dev) -> dict:
         return {"kernel_error": repr(err)[:300]}
     finally:
         timer.stop()  # an active CUPTI session crashes interpreter teardown (Chapter 5)
-    return {"nccl_busy_s": timer.busy_s / len(batches), "nccl_exposed_s": timer.wait_s / len(batches)}
+    return {
+        "nccl_busy_s": timer.busy_s / len(batches),
+        "nccl_exposed_s": timer.wait_s / len(batches),
+    }

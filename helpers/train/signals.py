@@ -183,8 +183,11 @@ class KernelTimer:
         self._prof.__exit__(None, None, None)
         events = self._prof.profiler.kineto_results.events()
         self._prof = None
-        kernels = [(e.start_ns() * 1e-9, (e.start_ns() + e.duration_ns()) * 1e-9, e.name())
-                   for e in events if e.device_type() == DeviceType.CUDA]
+        kernels = [
+            (e.start_ns() * 1e-9, (e.start_ns() + e.duration_ns()) * 1e-9, e.name())
+            for e in events
+            if e.device_type() == DeviceType.CUDA
+        ]
         busy, exposed = kernel_comm_times(kernels)
         self.busy_s += busy
         self.wait_s += exposed
@@ -211,11 +214,19 @@ class Signals:
     comm_busy_share: float | None
 
     def line(self) -> str:
-        mem = (f"GPU peak {self.memory['gpu_peak_mib']:.0f} MiB" if "gpu_peak_mib" in self.memory
-               else f"RSS {self.memory['rss_mib']:.0f} MiB (peak {self.memory['rss_peak_mib']:.0f} MiB)")
-        comm = ("comm wait n/a (no DDP hook on the CPU)" if self.comm_wait_share is None else
-                f"comm wait {100 * self.comm_wait_share:.1f}% (comm busy {100 * self.comm_busy_share:.1f}%)")
-        return f"{self.samples_per_s:.1f} samples/s, {self.tokens_per_s:.1f} tokens/s | {mem} | {comm}"
+        mem = (
+            f"GPU peak {self.memory['gpu_peak_mib']:.0f} MiB"
+            if "gpu_peak_mib" in self.memory
+            else f"RSS {self.memory['rss_mib']:.0f} MiB (peak {self.memory['rss_peak_mib']:.0f} MiB)"
+        )
+        comm = (
+            "comm wait n/a (no DDP hook on the CPU)"
+            if self.comm_wait_share is None
+            else f"comm wait {100 * self.comm_wait_share:.1f}% (comm busy {100 * self.comm_busy_share:.1f}%)"
+        )
+        return (
+            f"{self.samples_per_s:.1f} samples/s, {self.tokens_per_s:.1f} tokens/s | {mem} | {comm}"
+        )
 
 
 class Meter:
@@ -273,8 +284,13 @@ class Meter:
         busy, wait = self.comm.take() if self.comm else (0.0, 0.0)
         measured = bool(self.comm and self.comm.enabled)
         signals = Signals(
-            self.steps, seconds, self.samples / seconds, self.tokens / seconds, memory_now(self.device),
-            min(1.0, wait / seconds) if measured else None, min(1.0, busy / seconds) if measured else None,
+            self.steps,
+            seconds,
+            self.samples / seconds,
+            self.tokens / seconds,
+            memory_now(self.device),
+            min(1.0, wait / seconds) if measured else None,
+            min(1.0, busy / seconds) if measured else None,
         )
         self._reset()
         return signals

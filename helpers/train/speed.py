@@ -34,11 +34,21 @@ OPTIMIZERS = ("hybrid_adam", "adamw", "adamw_fused")
 def add_arguments(p) -> None:
     """The knobs' command-line flags (:mod:`helpers.demos.ch08_train`)."""
     p.add_argument("--compile", action="store_true", help="torch.compile each decoder layer")
-    p.add_argument("--norm_on_device", action="store_true",
-                   help="LowLevelZero: keep the unused gradient norm on the GPU, no host sync in step()")
-    p.add_argument("--optim", choices=OPTIMIZERS, default=None, help="default: hybrid_adam on GPUs, else adamw")
-    p.add_argument("--plugin_kw", action="append", default=None, metavar="NAME=VALUE",
-                   help="extra plugin constructor kwargs, e.g. reduce_bucket_size_in_m=128 (repeatable)")
+    p.add_argument(
+        "--norm_on_device",
+        action="store_true",
+        help="LowLevelZero: keep the unused gradient norm on the GPU, no host sync in step()",
+    )
+    p.add_argument(
+        "--optim", choices=OPTIMIZERS, default=None, help="default: hybrid_adam on GPUs, else adamw"
+    )
+    p.add_argument(
+        "--plugin_kw",
+        action="append",
+        default=None,
+        metavar="NAME=VALUE",
+        help="extra plugin constructor kwargs, e.g. reduce_bucket_size_in_m=128 (repeatable)",
+    )
 
 
 def tune_boosted(model, optimizer, args, plugin_kw: dict) -> None:
@@ -139,9 +149,12 @@ def wait_gathers_per_layer(model) -> int:
         def hook(module, args):
             for p in params:
                 wait_all_gather_handle(p)
+
         return hook
 
-    compiled = [m for m in model.modules() if isinstance(m, torch._dynamo.eval_frame.OptimizedModule)]
+    compiled = [
+        m for m in model.modules() if isinstance(m, torch._dynamo.eval_frame.OptimizedModule)
+    ]
     inside = {id(m) for c in compiled for m in c.modules() if m is not c}
     hooks = 0
     for module in model.modules():
@@ -168,17 +181,23 @@ def grad_norm_on_device(optimizer) -> None:
     import torch.distributed as dist
     from colossalai.zero.low_level import low_level_optim
 
-    if not hasattr(optimizer, "_compute_grad_norm") or not hasattr(optimizer, "_unscale_and_clip_grads"):
+    if not hasattr(optimizer, "_compute_grad_norm") or not hasattr(
+        optimizer, "_unscale_and_clip_grads"
+    ):
         raise TypeError(f"not a LowLevelZero optimizer: {type(optimizer).__name__}")
     if optimizer._clip_grad_norm > 0:
-        raise ValueError("clipping compares the norm on the host (max_norm > 0): keep Colossal-AI's own step")
+        raise ValueError(
+            "clipping compares the norm on the host (max_norm > 0): keep Colossal-AI's own step"
+        )
 
     def compute(dp_pg, gradients, norm_type=2.0):
         if not gradients:
             return 0.0
         if float(norm_type) != 2.0:
             raise ValueError("grad_norm_on_device computes the 2-norm only")
-        squares = torch.stack(torch._foreach_norm(gradients, 2.0, dtype=torch.float32)).square().sum()
+        squares = (
+            torch.stack(torch._foreach_norm(gradients, 2.0, dtype=torch.float32)).square().sum()
+        )
         for group in dp_pg if isinstance(dp_pg, tuple) else (dp_pg,):
             dist.all_reduce(squares, op=dist.ReduceOp.SUM, group=group)
         return squares.sqrt()
@@ -191,10 +210,14 @@ def grad_norm_on_device(optimizer) -> None:
 
     original = low_level_optim.calculate_global_norm_from_list
     if not getattr(original, "on_device", False):
-        def global_norm(norm_list):  # the same sum of squares, without math.sqrt's host read of a tensor
+
+        def global_norm(
+            norm_list,
+        ):  # the same sum of squares, without math.sqrt's host read of a tensor
             if not any(isinstance(n, torch.Tensor) for n in norm_list):
                 return original(norm_list)
-            return sum(n ** 2.0 for n in norm_list) ** 0.5 if norm_list else 0.0
+            return sum(n**2.0 for n in norm_list) ** 0.5 if norm_list else 0.0
+
         global_norm.on_device = True
         low_level_optim.calculate_global_norm_from_list = global_norm
     optimizer._compute_grad_norm = compute
