@@ -103,7 +103,7 @@ def test_cpu_path_matches_reference(framework):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(
-    __import__("helpers.run.env").env.gpu_count() < 2, reason="needs at least two CUDA GPUs"
+    __import__("helpers.run.env", fromlist=["gpu_count"]).gpu_count() < 2, reason="needs at least two CUDA GPUs"
 )
 def test_quick_recording_runs_on_gpus():
     recorded = chapter08.record(list(chapter08.PARTS), quick=True, budget_s=600, save_results=False)

@@ -32,7 +32,7 @@ from pydantic import (
     model_validator,
 )
 
-CONFIG_DIR = Path(__file__).resolve().parent / "configs"
+CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
 SEQUENCE_MODES = ("split_gather", "ring", "all_to_all", "ring_attn")
 SHARES_TP = ("split_gather", "ring")  # these modes split the sequence over the tensor group
 PRECISIONS = ("fp32", "fp16", "bf16")

@@ -42,7 +42,7 @@ def data_root() -> Path:
     return Path(os.environ.get("DATA", "./data"))
 
 
-SHIPPED_DIGITS = Path(__file__).resolve().parent / "data" / "digits.csv.gz"
+SHIPPED_DIGITS = Path(__file__).resolve().parents[1] / "data" / "digits.csv.gz"
 
 
 def digits_csv() -> Path:

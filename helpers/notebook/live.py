@@ -21,7 +21,7 @@ from pathlib import Path
 
 from helpers.run.env import rule
 
-NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
+NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 GPU_COUNTS = (0, 1, 2, 8)
 _LAUNCH = re.compile(r"""\blaunch\(\s*["'](?P<demo>[\w.]+)["']\s*,\s*(?:nproc\s*=\s*)?(?P<n>\d+)""")
 _ANY_LAUNCH = re.compile(r"\blaunch\(\s*[\"']")

@@ -32,7 +32,7 @@ import psutil
 
 from helpers.run.env import RESULT_PREFIX, placement_env
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 _RANK_LINE = re.compile(r"^\[(?:rank|default)(\d+)\]:(.*)$")
 _ROOT_CAUSE_RANK = re.compile(r"^\s*rank\s*:\s*(\d+)")
 LAUNCHER = -1  # pseudo-rank for torchrun's own lines
