@@ -37,8 +37,9 @@ def test_3d_layout_matches_the_unsplit_model(nproc, pp, tp):
 
 
 def test_tensor_times_data_parallel_with_zero1_matches_unsharded_adam():
-    """tp=2 x dp=2 with ZeRO-1 (a 4-GPU layout of Chapter 2, on gloo): Adam states sharded over each data
-    group; after every step the weight shards equal the unsplit model trained with plain Adam."""
+    """tp=2 x dp=2 with ZeRO-1 (a 4-GPU layout of Chapter 2, on gloo): Adam states sharded over
+    each data group; after every step the weight shards equal the unsplit model trained with
+    plain Adam."""
     import math
 
     result = launch(
@@ -73,7 +74,8 @@ def test_3d_layout_refuses_a_world_that_does_not_factor():
 
 
 def test_sequence_times_data_parallel_on_four_ranks():
-    """sp=2 x dp=2 (a 4-GPU layout of Chapter 2, on gloo): Ulysses inside each replica's sequence group."""
+    """sp=2 x dp=2 (a 4-GPU layout of Chapter 2, on gloo): Ulysses inside each replica's
+    sequence group."""
     result = launch("ch01_sp", 4, ["--dp", "2", "--batch", "4"], timeout_s=240, show="none")
     runs = sorted(result.results, key=lambda r: r["rank"])
     assert [r["sp_group"] for r in runs] == [[0, 1], [0, 1], [2, 3], [2, 3]]

@@ -1,4 +1,5 @@
-"""Chapter 2: Colossal-AI's real process groups equal RankMesh's, the figures draw, the page's numbers hold.
+"""Chapter 2: Colossal-AI's real process groups equal RankMesh's, the figures draw, the page's
+numbers hold.
 
 Two launches: 8 gloo ranks building ProcessGroupMesh(2, 2, 2, 1) (the chapter's D = P = T = 2), and
 4 ranks constructing HybridParallelPlugin with Ulysses (all_to_all) sequence parallelism, whose own
@@ -13,18 +14,19 @@ import matplotlib
 import pytest
 
 matplotlib.use("Agg")
-from helpers.notebook import plots  # noqa: E402
+from helpers.notebook.plots_ch02_mesh import mesh_figure  # noqa: E402
 from helpers.run.launch import launch  # noqa: E402
 from helpers.parallel.layouts import (
     QWEN2_7B,
     Layout,
-    ModelShape,
     data_degree,
     factor_parallelism,  # noqa: E402
     feasible_layouts,
     violations,
 )
-from helpers.parallel.mesh import AXES, RankMesh  # noqa: E402
+from helpers.parallel.mesh import RankMesh  # noqa: E402
+from helpers.parallel.vocab import AXES  # noqa: E402
+from helpers.config.shape import ModelShape  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGE = (ROOT / "book" / "02_combining.md").read_text()
@@ -85,15 +87,15 @@ def test_hybrid_parallel_plugin_builds_the_same_groups_with_ulysses(plugin_run):
 
 def test_mesh_figures_draw_and_refuse_an_sp_axis():
     for fig in (
-        plots.mesh_figure(RankMesh(2, 2, 2)),
-        plots.mesh_figure(
+        mesh_figure(RankMesh(2, 2, 2)),
+        mesh_figure(
             RankMesh(dp=2, pp=4, tp=4), names={"dp": "crew", "pp": "section", "tp": "trade"}
         ),
     ):
         assert len(fig.axes) == 2
         matplotlib.pyplot.close(fig)
     with pytest.raises(ValueError, match="sp=2"):
-        plots.mesh_figure(RankMesh(1, 1, 2, 2))
+        mesh_figure(RankMesh(1, 1, 2, 2))
 
 
 def test_builder_analogy():
@@ -197,7 +199,8 @@ def test_page_grid():
     assert ulysses.groups("sp") == [[0, 1], [2, 3], [4, 5], [6, 7]]
     assert ulysses.groups("tp") == [[0, 2], [1, 3], [4, 6], [5, 7]]
     _page_has(
-        "the sequence groups are {0,1}, {2,3}, {4,5}, {6,7} and the tensor groups {0,2}, {1,3}, {4,6}, {5,7}"
+        "the sequence groups are {0,1}, {2,3}, {4,5}, {6,7} and the tensor groups "
+        "{0,2}, {1,3}, {4,6}, {5,7}"
     )
 
 
@@ -237,7 +240,8 @@ def test_page_exercise_answers():
         [11, 27],
     )
     _page_has(
-        "$(d, p, t) = (1, 2, 3)$; tensor group {24, 25, 26, 27}, pipeline group {19, 23, 27, 31}, data group {11, 27}"
+        "$(d, p, t) = (1, 2, 3)$; tensor group {24, 25, 26, 27}, "
+        "pipeline group {19, 23, 27, 31}, data group {11, 27}"
     )
     llama3 = ModelShape(layers=32, heads=32, kv_heads=8)
     tps = [t for t in range(1, 33) if not violations(Layout(1, t), llama3)]

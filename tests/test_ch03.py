@@ -1,14 +1,16 @@
-"""Chapter 3: the communication share demo, the layout demo, the recorder's table and its failure handling."""
+"""Chapter 3: the communication share demo, the layout demo, the recorder's table and its
+failure handling."""
 
 import pytest
 
-from helpers.record import ch03 as chapter03
+from helpers.record import ch03 as chapter03, ch03_calibration, ch03_validation
 from helpers.cost.comm import Link, collective_time
 from helpers.run.launch import launch
 
 
 def test_share_demo_two_ranks():
-    """tp matches the unsplit loss; replicas agree after steps with communication; shares are in [0, 1)."""
+    """tp matches the unsplit loss; replicas agree after steps with communication; shares are
+    in [0, 1)."""
     run = launch(
         "ch03_share",
         nproc=2,
@@ -28,8 +30,8 @@ def test_share_demo_two_ranks():
         )
         assert r["t_comm"] == pytest.approx(max(0.0, r["t_step"] - r["t_compute"]))
         assert r["share"] == pytest.approx(r["t_comm"] / (r["t_comm"] + r["t_compute"]))
-    # volumes: DP sends the gradients once (all-reduce of Ψ·4 bytes, ring factor 1 at n=2), TP 4 all-reduces
-    # of b·s·h per layer; the per-rank batch of dp is half the global one
+    # volumes: DP sends the gradients once (all-reduce of Ψ·4 bytes, ring factor 1 at n=2),
+    # TP 4 all-reduces of b·s·h per layer; the per-rank batch of dp is half the global one
     assert (
         rows["dp"]["comm_bytes"] == rows["dp"]["params"] * 4 and rows["dp"]["per_rank_batch"] == 2
     )
@@ -39,7 +41,7 @@ def test_share_demo_two_ranks():
 
 def test_share_cases_parse():
     assert chapter03.SHARE_CASES["cpu"]
-    from helpers.demos.ch03_share import parse_cases
+    from helpers.train.share_cases import parse_cases
 
     assert parse_cases("tp:2, ddp:8") == [("tp", 2), ("ddp", 8)]
     with pytest.raises(ValueError, match="layout:global_batch"):
@@ -73,9 +75,10 @@ def _rows(link: Link, n: int = 2) -> list[dict]:
 
 
 def test_calibration_uses_every_other_allreduce_size_and_predicts_the_rest():
-    """On data that follow the α-β model exactly, the calibrated link is recovered and every error is 0."""
+    """On data that follow the α-β model exactly, the calibrated link is recovered and every
+    error is 0."""
     truth = Link("truth", 300e9, 12e-6)
-    table, link = chapter03.collective_table(_rows(truth), "alpha_beta")
+    table, link = ch03_calibration.collective_table(_rows(truth), "alpha_beta")
     assert link.bandwidth_bytes_per_s == pytest.approx(300e9) and link.latency_s == pytest.approx(
         12e-6
     )
@@ -83,35 +86,37 @@ def test_calibration_uses_every_other_allreduce_size_and_predicts_the_rest():
     assert [r["size"] for r in fitted] == ["1M", "16M", "256M"]
     assert all(r["collective"] == "all_reduce" for r in fitted)
     assert len(table) - len(fitted) == 37 and all(abs(r["error %"]) < 0.1 for r in table)
-    worst = chapter03.worst_error(table)
+    worst = ch03_calibration.worst_error(table)
     assert worst["size_bytes"] >= 2**20
 
 
 def test_calibration_reports_a_collective_that_departs():
-    """If all-to-all ran at half the bandwidth, its held-out rows show +-50 % errors, the others 0."""
+    """If all-to-all ran at half the bandwidth, its held-out rows show +-50 % errors, the
+    others 0."""
     truth = Link("truth", 300e9, 0.0)
     rows = _rows(truth)
     for r in rows:
         if r["collective"] == "all_to_all":
             r["seconds"] *= 2
-    table, _ = chapter03.collective_table(rows, "alpha_beta")
-    worst = chapter03.worst_error(table)
+    table, _ = ch03_calibration.collective_table(rows, "alpha_beta")
+    worst = ch03_calibration.worst_error(table)
     assert worst["collective"] == "all_to_all" and worst["error %"] == pytest.approx(-50, abs=0.5)
 
 
 def test_host_floor_model():
-    """Calls issued back to back cost at least the host's issue time, different per collective: with a
-    30 µs floor for all-to-all only, α-β misses its small messages and the host-floor model does not."""
+    """Calls issued back to back cost at least the host's issue time, different per collective:
+    with a 30 µs floor for all-to-all only, α-β misses its small messages and the host-floor
+    model does not."""
     truth = Link("truth", 300e9, 5e-6)
     rows = _rows(truth)
     for r in rows:
         if r["collective"] == "all_to_all":
             r["seconds"] = max(r["seconds"], 30e-6)
-    floors = chapter03.host_floors(rows)
+    floors = ch03_calibration.host_floors(rows)
     assert floors["all_to_all"] == 30e-6 and floors["all_reduce"] == pytest.approx(
         5e-6 + 4096 / 300e9
     )
-    table, link = chapter03.collective_table(rows)  # host_floor is the default
+    table, link = ch03_calibration.collective_table(rows)  # host_floor is the default
     assert link.bandwidth_bytes_per_s == pytest.approx(300e9) and link.latency_s == pytest.approx(
         5e-6
     )
@@ -122,11 +127,11 @@ def test_host_floor_model():
         "1G",
     ]  # every other all-reduce size whose time is above twice its floor
     assert {r["role"] for r in table if r["size_bytes"] < 2**20} == {"floor"}
-    assert abs(chapter03.worst_error(table)["error %"]) < 0.1
-    naive, _ = chapter03.collective_table(rows, "alpha_beta")
-    assert chapter03.worst_error(naive)["collective"] == "all_to_all"
+    assert abs(ch03_calibration.worst_error(table)["error %"]) < 0.1
+    naive, _ = ch03_calibration.collective_table(rows, "alpha_beta")
+    assert ch03_calibration.worst_error(naive)["collective"] == "all_to_all"
     with pytest.raises(ValueError, match="model must be one of"):
-        chapter03.calibrate(rows, "magic")
+        ch03_calibration.calibrate(rows, "magic")
 
 
 def _layout_run(name, step_s, **kw):
@@ -154,7 +159,8 @@ def _layout_run(name, step_s, **kw):
 
 
 def test_validation_rows_map_runs_to_planner_layouts():
-    from helpers.cost.planner import VALIDATION_0B5, Hardware
+    from helpers.cost.planner import VALIDATION_0B5
+    from helpers.cost.step_time import Hardware
 
     runs = [
         _layout_run("dp=2", 0.10),
@@ -163,23 +169,23 @@ def test_validation_rows_map_runs_to_planner_layouts():
         _layout_run("sp=2 all_to_all", 0.13, sp=2, sp_mode="all_to_all", dp=1),
         {"layout": "broken", "error": "boom"},
     ]
-    layout, _ = chapter03.layout_of_run(runs[2]["results"][0])
+    layout, _ = ch03_validation.layout_of_run(runs[2]["results"][0])
     assert (layout.pp, layout.microbatch, layout.dp) == (2, 4, 1)
-    layout, _ = chapter03.layout_of_run(runs[3]["results"][0])
+    layout, _ = ch03_validation.layout_of_run(runs[3]["results"][0])
     assert (layout.sp, layout.sp_mode, layout.microbatch) == (2, "all_to_all", 16)
-    assert chapter03.model_of_run(runs[0]["results"][0]).params == VALIDATION_0B5.params
-    rows = chapter03.validation_rows(runs, Hardware(memory_gib=141.0, flash=False))
+    assert ch03_validation.model_of_run(runs[0]["results"][0]).params == VALIDATION_0B5.params
+    rows = ch03_validation.validation_rows(runs, Hardware(memory_gib=141.0, flash=False))
     assert rows[-1]["measured ms"] == "failed"
     assert sorted(r["measured rank"] for r in rows[:-1]) == [1, 2, 3, 4]
     assert [r["measured rank"] for r in rows[:-1]] == [1, 2, 4, 3]
-    rho = chapter03.rank_agreement(rows)
+    rho = ch03_validation.rank_agreement(rows)
     assert -1 <= rho <= 1
     same = [dict(r, **{"planner rank": r["measured rank"]}) for r in rows[:-1]]
-    assert chapter03.rank_agreement(same) == 1.0
+    assert ch03_validation.rank_agreement(same) == 1.0
 
 
 def test_busbw_figure_draws():
     truth = Link("truth", 300e9, 12e-6)
-    table, _ = chapter03.collective_table(_rows(truth))
-    fig = chapter03.busbw_figure(table)
+    table, _ = ch03_calibration.collective_table(_rows(truth))
+    fig = ch03_calibration.busbw_figure(table)
     assert len(fig.axes) == 2 and len(fig.axes[0].lines) == 4

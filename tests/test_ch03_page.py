@@ -105,27 +105,27 @@ def _recorded(name):
 
 
 def test_collective_claims_match_the_record():
-    from helpers.record import ch03 as chapter03
+    from helpers.record import ch03_calibration
 
-    rows = chapter03.measured_collectives(_recorded("ch03_collectives")["runs"])
-    table, link = chapter03.collective_table(rows)
+    rows = ch03_calibration.measured_collectives(_recorded("ch03_collectives")["runs"])
+    table, link = ch03_calibration.collective_table(rows)
     held = [r for r in table if r["size_bytes"] >= 2**20 and r["role"] == "held out"]
     assert (
         len(held) == 22
         and all(abs(r["error %"]) <= 25 for r in held)
         and "All 22 held-out rows" in PAGE
     )
-    worst = chapter03.worst_error(table)
+    worst = ch03_calibration.worst_error(table)
     assert (worst["collective"], worst["size"], worst["error %"]) == ("all_reduce", "1M", -23.7)
     assert "**The worst is the all-reduce at 1 MiB,\n−23.7 %**" in PAGE
-    big = chapter03.worst_error(table, 16 * 2**20)
+    big = ch03_calibration.worst_error(table, 16 * 2**20)
     assert (big["collective"], big["size"], big["error %"]) == ("reduce_scatter", "64M", -19.6)
     assert (
         f"α = {link.latency_s * 1e6:.0f} µs and β = {link.bandwidth_bytes_per_s / 1e9:.0f} GB/s"
         in PAGE
     )
-    naive, _ = chapter03.collective_table(rows, "alpha_beta")
-    w = chapter03.worst_error(naive)
+    naive, _ = ch03_calibration.collective_table(rows, "alpha_beta")
+    w = ch03_calibration.worst_error(naive)
     assert (w["collective"], w["size"], round(w["error %"])) == ("all_to_all", "1M", -33)
 
 
@@ -146,17 +146,17 @@ def test_share_claims_match_the_record():
 
 
 def test_validation_claims_match_the_record():
-    from helpers.record import ch03 as chapter03
+    from helpers.record import ch03_calibration, ch03_validation
 
-    coll = chapter03.measured_collectives(_recorded("ch03_collectives")["runs"])
-    _, link = chapter03.collective_table(coll)
+    coll = ch03_calibration.measured_collectives(_recorded("ch03_collectives")["runs"])
+    _, link = ch03_calibration.collective_table(coll)
     hw = replace(planner.Hardware(), memory_gib=141.0, flash=False, intra=link)
-    rows = chapter03.validation_rows(_recorded("ch03_layouts")["runs"], hw)
+    rows = ch03_validation.validation_rows(_recorded("ch03_layouts")["runs"], hw)
     assert len(rows) == 8 and all("measured rank" in r for r in rows)
     top5 = sorted(rows, key=lambda r: r["measured rank"])[:5]
     assert all(r["planner rank"] == r["measured rank"] for r in top5)
     assert (
-        round(chapter03.rank_agreement(rows), 2) == 0.93
+        round(ch03_validation.rank_agreement(rows), 2) == 0.93
         and "Spearman's rank correlation over\nall eight is 0.93" in PAGE
     )
     slowest = max(rows, key=lambda r: r["measured ms"])

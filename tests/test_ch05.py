@@ -19,20 +19,14 @@ import torch
 
 from helpers.train import checkpoint as ckpt
 from helpers.chapters.ch05_launch import (
-    build_plugin,
     compare_final_weights,
     hostfile_commands,
     losses_from_lines,
 )
-from helpers.config.schema import load_config
-from helpers.run.launch import (
-    LAUNCHER,
-    REPO_ROOT,
-    LaunchError,
-    LaunchTimeout,
-    _failing_rank,
-    launch,
-)
+from helpers.config.loading import load_config
+from helpers.config.plugin import build_plugin
+from helpers.run.failure import LAUNCHER, failing_rank as _failing_rank
+from helpers.run.launch import REPO_ROOT, LaunchError, LaunchTimeout, launch
 
 CONFIG = "helpers/demos/ch05_tiny.yaml"
 ARGS = ["--config", CONFIG, "--bucket_cap_mb", "0.05"]
@@ -208,7 +202,7 @@ def test_layout_mismatch_message_says_what_and_why(tmp_path):
 def test_model_parallel_configs_are_refused_on_the_cpu_with_a_reason():
     cfg = load_config(CONFIG, world_size=4).with_changes({"parallelism": {"data": 2, "tensor": 2}})
     with pytest.raises(
-        RuntimeError, match=r"HybridParallelPlugin\) needs GPUs.*issue #5211.*4 CUDA GPUs"
+        RuntimeError, match=r"HybridParallelPlugin\) needs GPUs.*#5211.*4 CUDA GPUs"
     ):
         build_plugin(cfg, torch.device("cpu"))
 
@@ -221,8 +215,8 @@ def test_colossalai_run_hostfile_translates_to_one_torchrun_per_node(tmp_path):
     for rank, (_, cmd) in enumerate(cmds):
         assert cmd.startswith("torchrun --nproc_per_node=8 --nnodes=2 ")
         assert (
-            f"--node_rank={rank} --master_addr=node-a --master_port=29500 -m helpers.demos.ch05_train"
-            in cmd
+            f"--node_rank={rank} --master_addr=node-a --master_port=29500 "
+            "-m helpers.demos.ch05_train" in cmd
         )
 
 
@@ -324,10 +318,11 @@ def test_prune_keeps_the_newest_and_the_one_just_written(tmp_path):
 
 
 def test_kill_and_resume_at_eight_ranks(tmp_path):
-    """Chapter 2's 8-rank kill-and-resume, on gloo: rank 6 of 8 dies at step 5; the job ends, and the
-    resume from step 3 ends where the uninterrupted 8-rank run ends, to float32 rounding. Unlike the
-    2-rank test it is not asserted bit for bit: two uninterrupted 8-rank runs were identical, but a
-    resumed one came out one float32 step apart in a logged loss (4.8e-7) and in a weight (7.5e-9);
+    """Chapter 2's 8-rank kill-and-resume, on gloo: rank 6 of 8 dies at step 5; the job ends, and
+    the resume from step 3 ends where the uninterrupted 8-rank run ends, to float32 rounding. Unlike
+    the 2-rank test it is not asserted bit for bit: two uninterrupted 8-rank runs were identical,
+    but a resumed one came out one float32 step apart in a logged loss (4.8e-7) and in a weight
+    (7.5e-9);
     the cause (reduction order in gloo's 8-rank all-reduce after the restart is the suspect) is
     not pinned down."""
     from helpers.record.ch05 import kill_and_resume

@@ -7,7 +7,9 @@ from pathlib import Path
 import pytest
 
 from helpers.config import frameworks as fw
-from helpers.config.schema import load_config
+from helpers.config.deepspeed_json import DEEPSPEED_KEYS, DEEPSPEED_ZERO_KEYS
+from helpers.config.loading import load_config
+from helpers.config.megatron_args import MEGATRON_FLAGS, flags_of
 from helpers.config.plugin import check_signature
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -66,11 +68,11 @@ def test_only_checked_names(name):
     cfg, procs = _cfg(name)
     out = fw.convert_all(cfg, procs, offload=cfg.parallelism.zero_stage > 0, recompute=True)
     ds, _ = out["deepspeed"]
-    assert set(ds) <= fw.DEEPSPEED_KEYS
-    assert set(ds["zero_optimization"]) <= fw.DEEPSPEED_ZERO_KEYS
+    assert set(ds) <= DEEPSPEED_KEYS
+    assert set(ds["zero_optimization"]) <= DEEPSPEED_ZERO_KEYS
     json.dumps(ds)  # a JSON file, as DeepSpeed reads it
     args, _ = out["megatron"]
-    assert set(fw.flags_of(args)) <= fw.MEGATRON_FLAGS
+    assert set(flags_of(args)) <= MEGATRON_FLAGS
     check_signature(out["colossalai"])
 
 
@@ -187,5 +189,5 @@ def test_page_quotes_the_stored_cpu_losses():
     assert "(" + ", ".join(f"{float(x):.3f}" for x in losses) + ")" in page
     assert (
         "still to be recorded" not in page
-        and "python -m helpers.record.ch08 --record --parts compare" in page
+        and "python -m helpers.record ch08 --record --only compare" in page
     )

@@ -1,7 +1,7 @@
-"""Chapter 6's Gemini re-run (results/<gpus>/ch08_gemini.json, part ``gemini`` of helpers.record.ch08):
-the run with the default asynchronous gradient reduce is invalid, the one with
-``enable_async_reduce=False`` is valid; the notebook's glued table, the decision table and every number
-the page quotes are the record's, and the page no longer calls the cause untested."""
+"""Chapter 6's Gemini re-run (results/<gpus>/ch08_gemini.json, part ``gemini`` of
+helpers.record.ch08): the run with the default asynchronous gradient reduce is invalid, the one
+with ``enable_async_reduce=False`` is valid; the notebook's glued table, the decision table and
+every number the page quotes are the record's, and the page no longer calls the cause untested."""
 
 import json
 import math
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from helpers.chapters import ch08_troubleshooting as show
-from helpers.config.frameworks import _gemini_fix, decision_rows
+from helpers.config.framework_choice import _gemini_fix, decision_rows
 from helpers.record.runner import loss_verdict, mean_losses
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -52,10 +52,11 @@ def test_async_reduce_decides_the_nan():
     runs = _runs()
     assert set(runs) == {True, False} and all(r["ok"] for r in runs.values())
     on, off = runs[True]["results"], runs[False]["results"]
+
     # the only difference between the two runs is the option
-    strip = lambda args: [a for a in args if a not in ("--plugin_kw", "enable_async_reduce=False")][
-        :-2
-    ]
+    def strip(args):
+        return [a for a in args if a not in ("--plugin_kw", "enable_async_reduce=False")][:-2]
+
     assert strip(runs[True]["args"]) == strip(runs[False]["args"])
     for r in on:  # default: NaN from the third step on, on both ranks
         assert all(math.isfinite(x) for x in r["losses"][:2]) and not any(
@@ -123,7 +124,8 @@ def test_decision_table_cites_the_fix():
         "INVALID (loss not finite from step 3 on)" in rows[1]["evidence"]
     )  # the comparison's run stays invalid
     assert (
-        f"with enable_async_reduce=False (part gemini, same model): {off['tokens_per_s'] / 1000:.1f}k tokens/s, "
+        "with enable_async_reduce=False (part gemini, same model): "
+        f"{off['tokens_per_s'] / 1000:.1f}k tokens/s, "
         f"MFU {100 * off['mfu']:.1f} %, loss within 0.05 of the reference"
     ) in rows[1]["evidence"]
     assert "enable_async_reduce=False" in rows[1]["choose"]
@@ -137,14 +139,19 @@ def test_page_quotes_the_record():
     on, off = runs[True]["results"], runs[False]["results"]
     mean_on, mean_off = mean_losses(on), mean_losses(off)
     ref = off[0]["reference"]
-    three = lambda xs: ", ".join(f"{x:.3f}" for x in xs[:3])
+
+    def three(xs):
+        return ", ".join(f"{x:.3f}" for x in xs[:3])
+
     texts = [
         f"commit `{record['provenance']['git_commit'][:7]}`",
         record["provenance"]["command"],
-        f"{mean_on[0]:.3f}, {mean_on[1]:.3f}, then NaN from step 3 to the last of the {len(mean_on)} steps",
+        f"{mean_on[0]:.3f}, {mean_on[1]:.3f}, "
+        f"then NaN from step 3 to the last of the {len(mean_on)} steps",
         f"{on[0]['tokens_per_s']:,} tokens/s",
         f"every one of the {len(mean_off)} losses is finite",
-        f"({three(mean_off)}) match the reference ({three(ref)}) to {loss_verdict(off)['max_ref_gap']}",
+        f"({three(mean_off)}) match the reference ({three(ref)}) "
+        f"to {loss_verdict(off)['max_ref_gap']}",
         f"{off[0]['tokens_per_s']:,} tokens/s, MFU {100 * off[0]['mfu']:.1f} %",
         f"same {max(r['peak_mib'] for r in off) / 1024:.1f} GiB peak",
         f"all {len(mean_off)} losses were finite",

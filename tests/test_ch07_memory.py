@@ -1,15 +1,18 @@
-"""Chapter 7's memory model for Colossal-AI layouts: exact activation count, layouts, demo, recorded table."""
+"""Chapter 7's memory model for Colossal-AI layouts: exact activation count, layouts, demo,
+recorded table."""
 
 import inspect
 
 import pytest
 import torch
 
-from helpers.record.ch07 import LAYOUTS, QUICK, layout_named, summary
+from helpers.record.ch07_layouts import LAYOUTS, QUICK, layout_named
+from helpers.record.ch07_tables import summary
 from helpers.run.launch import launch
-from helpers.config.layout import CPU_SHAPE, LlamaShape, TrainLayout, plugin_spec
+from helpers.config.layout import CH07_SHAPE, CPU_SHAPE, TrainLayout, plugin_spec
+from helpers.config.shape import ModelShape
+from helpers.cost.census import count_saved_bytes
 from helpers.cost.memory_llama import (
-    count_saved_bytes,
     head_activation_bytes,
     layer_activation_bytes,
     predict,
@@ -25,7 +28,7 @@ E = {torch.float32: 4, torch.bfloat16: 2}
 @pytest.mark.parametrize("kv_heads", [4, 2])
 def test_activation_formula_is_exact_for_hf_llama(dtype, attn, kv_heads):
     """Every byte autograd saves in a real HF Llama forward, against the per-layer formula."""
-    shape = LlamaShape(layers=2, hidden=128, heads=4, kv_heads=kv_heads, vocab=512)
+    shape = ModelShape.llama(layers=2, hidden=128, heads=4, kv_heads=kv_heads, vocab=512)
     b, s = 3, 40  # b·s ≠ h, so no tensor shape is ambiguous
     model = build_llama(shape.config(attn=attn), dtype=dtype)
     ids = torch.randint(0, shape.vocab, (b, s), generator=torch.Generator().manual_seed(0))
@@ -45,7 +48,7 @@ def test_activation_formula_is_exact_for_hf_llama(dtype, attn, kv_heads):
 
 
 def test_parameter_count_matches_the_model():
-    shape = LlamaShape()
+    shape = CH07_SHAPE
     assert rank_params(TrainLayout(shape=shape)) == llama_params(shape.config())
     two = TrainLayout("pp", "hybrid", "bf16", pp=2, microbatches=2)
     assert rank_params(two, 0) + rank_params(two, 1) == llama_params(shape.config())
@@ -146,10 +149,11 @@ def _recorded():
 
 @pytest.mark.skipif(
     _recorded() is None,
-    reason="no recorded GPU result yet (python -m helpers.record.ch07 --record)",
+    reason="no recorded GPU result yet (python -m helpers.record ch07 --record)",
 )
 def test_recorded_peaks_are_predicted_within_ten_percent():
-    """Recompute every prediction from the recorded layout: every layout measured, |error| ≤ 10 %, at least 12."""
+    """Recompute every prediction from the recorded layout: every layout measured,
+    |error| ≤ 10 %, at least 12."""
     rows = [summary(r) for r in _recorded()["runs"]]
     measured = [r for r in rows if r.get("measured")]
     good = [r for r in measured if abs(r["error_pct"]) <= 10]
@@ -159,7 +163,7 @@ def test_recorded_peaks_are_predicted_within_ten_percent():
 
 
 def test_summary_takes_the_rank_that_uses_most_and_keeps_failures():
-    from helpers.record.ch07 import table_rows
+    from helpers.record.ch07_tables import table_rows
 
     layout = layout_named("PP=2 bf16 (1F1B, 4 micro-batches)")
     ranks = [
@@ -219,13 +223,9 @@ def test_figures_and_tables_from_a_record():
     import matplotlib
 
     matplotlib.use("Agg")
-    from helpers.record.ch07 import (
-        TECHNIQUES,
-        accuracy_figure,
-        technique_figure,
-        technique_rows,
-        worst_error,
-    )
+    from helpers.record.ch07_figures import accuracy_figure, technique_figure
+    from helpers.record.ch07_layouts import TECHNIQUES
+    from helpers.record.ch07_tables import technique_rows, worst_error
 
     record = _fake_record()
     assert len(accuracy_figure(record).axes[0].collections) == len(LAYOUTS) + 1  # points + the band
@@ -233,7 +233,7 @@ def test_figures_and_tables_from_a_record():
     rows = technique_rows(record)
     assert rows[0]["memory vs DDP fp32"] == "1.00" and len(rows) == len(TECHNIQUES)
     assert abs(worst_error(record)["error_pct"] - 100 * (1 / 1.05 - 1)) < 1e-6
-    from helpers.record.ch07 import phase_rows
+    from helpers.record.ch07_tables import phase_rows
 
     rows = phase_rows(record, [x.name for x in LAYOUTS])
     assert (
@@ -249,9 +249,9 @@ def test_backward_start_peak_is_activations_plus_twelve_nv(dtype, recompute):
     """Tracked on the CPU: the peak of forward + backward is the weights, the saved activations and
     12·N·v bytes of loss gradients (log-softmax output, nll gradient, log-softmax gradient), with no
     parameter gradient yet; with recomputation only each layer's input stays saved."""
-    from helpers.cost.memory_llama import tracked_peak
+    from helpers.cost.census import tracked_peak
 
-    shape = LlamaShape(layers=2, hidden=128, heads=4, kv_heads=4, vocab=4096)
+    shape = ModelShape.llama(layers=2, hidden=128, heads=4, kv_heads=4, vocab=4096)
     b, s, e = 3, 40, E[dtype]
     model = build_llama(shape.config(), dtype=dtype)
     if recompute:
@@ -276,9 +276,9 @@ def test_gemini_chunk_search_matches_colossalai():
     import torch.distributed as dist
     from colossalai.zero.gemini.chunk.search_utils import search_chunk_configuration
 
-    from helpers.cost.memory_llama import gemini_chunks, parameter_sizes
+    from helpers.cost.chunks import gemini_chunks, parameter_sizes
 
-    shape = LlamaShape()
+    shape = CH07_SHAPE
     with torch.device("meta"):
         model = build_llama(shape.config())
     assert [p.numel() for p in model.parameters()] == parameter_sizes(shape)
@@ -296,7 +296,8 @@ def test_gemini_chunk_search_matches_colossalai():
 
 
 def test_gemini_census_is_json_even_with_numpy_chunk_sizes():
-    """The bug that lost the Gemini runs of the first GPU record: numpy integers in the RESULT payload."""
+    """The bug that lost the Gemini runs of the first GPU record: numpy integers in the RESULT
+    payload."""
     import json
     from types import SimpleNamespace
 
@@ -321,7 +322,8 @@ def test_gemini_census_is_json_even_with_numpy_chunk_sizes():
 
 
 def test_hybrid_wraps_ddp_without_a_pipeline():
-    """HybridParallelPlugin wraps torch DDP when pp == 1, even over a dp group of one (tp=2 on 2 GPUs)."""
+    """HybridParallelPlugin wraps torch DDP when pp == 1, even over a dp group of one
+    (tp=2 on 2 GPUs)."""
     from helpers.cost.memory_llama import model_states
 
     tp, pp = layout_named("TP=2 bf16"), layout_named("PP=2 bf16 (1F1B, 4 micro-batches)")

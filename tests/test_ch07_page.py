@@ -5,13 +5,14 @@ from pathlib import Path
 import pytest
 
 from helpers.cost import memory
-from helpers.config.layout import LlamaShape
-from helpers.cost.memory_llama import gemini_chunks, layer_activation_bytes, parameter_sizes
+from helpers.config.layout import CH07_SHAPE
+from helpers.cost.chunks import gemini_chunks, parameter_sizes
+from helpers.cost.memory_llama import layer_activation_bytes
 
 PAGE = (Path(__file__).resolve().parent.parent / "book" / "07_memory.md").read_text()
 NUMBER_WORDS = {13: "Thirteen", 16: "Sixteen"}
 MIB, GIB = 2**20, 2**30
-SHAPE = LlamaShape()
+SHAPE = CH07_SHAPE
 N = 4 * 1024  # tokens of one micro-batch
 H = SHAPE.hidden
 
@@ -76,7 +77,7 @@ def test_exercise_six_ratio_and_chunk_count():
 
 
 def _measured():
-    from helpers.record.ch07 import measured_rows
+    from helpers.record.ch07_tables import measured_rows
     from helpers.record.results import load
 
     try:

@@ -1,4 +1,5 @@
-"""Chapter 7's from-scratch ZeRO-1 demo (helpers/demos/ch07_zero1.py) and its bookkeeping (helpers/parallel/zero.py).
+"""Chapter 7's from-scratch ZeRO-1 demo (helpers/demos/ch07_zero1.py) and its bookkeeping
+(helpers/parallel/zero.py).
 
 The in-process tests check the padded flat layout, the bytes sent per step and that the demo's Adam
 steps agree bitwise with ``torch.optim.Adam``. Three torchrun launches on gloo (2 and 4 ranks, and a
@@ -52,8 +53,9 @@ def test_prediction_and_comm_bytes():
 
 
 def test_adam_steps_bitwise_equal_torch_optim_adam():
-    """Both the demo's sharded update and its reference (torch.optim.adam.adam) are torch.optim.Adam."""
-    from helpers.demos.ch07_zero1 import reference_adam_step
+    """Both the demo's sharded update and its reference (torch.optim.adam.adam) are
+    torch.optim.Adam."""
+    from helpers.train.reference import reference_adam_step
 
     g = torch.Generator().manual_seed(0)
     w0 = torch.randn(10, generator=g)

@@ -36,20 +36,21 @@ def test_recompute_fixes_cpu_oom():
     assert run.returncode == 0, run.log[-2000:]
     assert run.diagnosis.kind == "none"
     result = json.loads(next(ln for ln in run.log.splitlines() if ln.startswith("RESULT "))[7:])
-    # the cap limits new address space; resident growth is information only (pages mapped before the cap
-    # can become resident too: 47 MiB in one run, 215 MiB in another, both under the same cap)
+    # the cap limits new address space; resident growth is information only (pages mapped
+    # before the cap can become resident too: 47 MiB in one run, 215 MiB in another, both under
+    # the same cap)
     assert result["recompute"] and result["predicted_activation_mib"] < result["budget_mib"]
 
 
 GPU_LOGS = {
-    "out_of_memory": "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total "
-    "capacity of 139.81 GiB of which 1.2 GiB is free.",
-    "collective_mismatch": "[rank0]:[E ProcessGroupNCCL.cpp:632] [Rank 0] Watchdog caught collective operation "
-    "timeout: WorkNCCL(SeqNum=5, OpType=ALLREDUCE, NumelIn=1024, Timeout(ms)=5000) ran for "
-    "5001 milliseconds before timing out.",
+    "out_of_memory": "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. "
+    "GPU 0 has a total capacity of 139.81 GiB of which 1.2 GiB is free.",
+    "collective_mismatch": "[rank0]:[E ProcessGroupNCCL.cpp:632] [Rank 0] Watchdog caught "
+    "collective operation timeout: WorkNCCL(SeqNum=5, OpType=ALLREDUCE, NumelIn=1024, "
+    "Timeout(ms)=5000) ran for 5001 milliseconds before timing out.",
     "init_hang": "torch.distributed.elastic.rendezvous.api.RendezvousTimeoutError",
-    "rank_crash": "  rank      : 3 (local_rank: 3)\n  exitcode  : -6 (pid: 99)\n  traceback : Signal 6 (SIGABRT) "
-    "received by PID 99",
+    "rank_crash": "  rank      : 3 (local_rank: 3)\n  exitcode  : -6 (pid: 99)\n"
+    "  traceback : Signal 6 (SIGABRT) received by PID 99",
     "none": "step 1 loss 2.3\nRESULT {}",
 }
 
@@ -68,7 +69,7 @@ def test_page_numbers():
 
     from helpers.record.ch08 import oom_cap_gib
     from helpers.chapters.ch08_troubleshooting import tp_placement_rows
-    from helpers.config.layout import LlamaShape
+    from helpers.config.shape import ModelShape
     from helpers.cost.memory_llama import head_activation_bytes, layer_activation_bytes
 
     page = (Path(__file__).resolve().parent.parent / "book/08_troubleshooting.md").read_text()
@@ -78,7 +79,7 @@ def test_page_numbers():
         and f"about {ib['comm share'][:-1]} %" in page
     )
     shape, tokens = (
-        LlamaShape(layers=16, hidden=64, heads=2, kv_heads=2, vocab=256),
+        ModelShape.llama(layers=16, hidden=64, heads=2, kv_heads=2, vocab=256),
         16 * 256,
     )  # ch08_fail oom
     full = shape.layers * layer_activation_bytes(shape, tokens, 256, 4) + head_activation_bytes(

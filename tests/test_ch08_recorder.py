@@ -5,7 +5,7 @@ reference and reports a profiler split; the profiler arithmetic merges overlappi
 import pytest
 
 from helpers.record import ch08 as chapter08, runner as recorder
-from helpers.demos.ch08_train import layout_from, parser
+from helpers.train.framework_run import layout_from, parser
 from helpers.run.launch import launch
 from helpers.train.profiling import merged_length, split
 
@@ -103,7 +103,8 @@ def test_cpu_path_matches_reference(framework):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(
-    __import__("helpers.run.env", fromlist=["gpu_count"]).gpu_count() < 2, reason="needs at least two CUDA GPUs"
+    __import__("helpers.run.env", fromlist=["gpu_count"]).gpu_count() < 2,
+    reason="needs at least two CUDA GPUs",
 )
 def test_quick_recording_runs_on_gpus():
     recorded = chapter08.record(list(chapter08.PARTS), quick=True, budget_s=600, save_results=False)

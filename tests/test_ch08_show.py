@@ -1,6 +1,7 @@
-"""Chapters 6 and 8 show the recorded GPU runs (results/<gpus>/ch08_*.json): every glued key is in the
-stored notebook, no page still waits for a recording, the numbers quoted are the record's, the
-decision table's evidence is computed from it, and a run with a wrong loss is flagged by code."""
+"""Chapters 6 and 8 show the recorded GPU runs (results/<gpus>/ch08_*.json): every glued key is
+in the stored notebook, no page still waits for a recording, the numbers quoted are the record's,
+the decision table's evidence is computed from it, and a run with a wrong loss is flagged by
+code."""
 
 import json
 import math
@@ -10,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from helpers.chapters import ch08_troubleshooting as show
-from helpers.config.frameworks import decision_rows
+from helpers.config.framework_choice import decision_rows
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = {
@@ -79,7 +80,7 @@ def test_figures_and_tables_glued():
     } <= _glued(ROOT / PAGES["book/08_troubleshooting.md"])
 
 
-# -- the loss verdict ---------------------------------------------------------------------------------
+# -- the loss verdict ------------------------------------------------------------------------------
 def _results(losses_per_rank, reference):
     return [
         {"rank": k, "losses": losses, "reference": reference}
@@ -124,7 +125,7 @@ def test_verdict_on_the_record():
         assert all(p["valid"] for p in show.points(part) if not p.get("oom"))
 
 
-# -- the decision table cites the record ------------------------------------------------------------
+# -- the decision table cites the record -----------------------------------------------------------
 @needs_records
 def test_decision_evidence_is_the_records():
     rows = decision_rows()
@@ -169,7 +170,7 @@ def test_decision_evidence_synthetic():
     assert all("not recorded" in r["evidence"] for r in decision_rows([])[:3])
 
 
-# -- numbers quoted on the pages ----------------------------------------------------------------------
+# -- numbers quoted on the pages -------------------------------------------------------------------
 def _quoted(page: str, texts: list[str]):
     text = " ".join((ROOT / page).read_text().split())  # line breaks of the page do not matter
     missing = [t for t in texts if " ".join(t.split()) not in text]

@@ -1,4 +1,5 @@
-"""Chapter 9: Colossal-AI's vocabulary-parallel cross-entropy in bf16 loses the target's gradient near zero loss."""
+"""Chapter 9: Colossal-AI's vocabulary-parallel cross-entropy in bf16 loses the target's
+gradient near zero loss."""
 
 from __future__ import annotations
 

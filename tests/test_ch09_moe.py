@@ -1,4 +1,5 @@
-"""Chapter 9, MoE from scratch: router, capacity, dispatch/combine, and expert parallelism on gloo."""
+"""Chapter 9, MoE from scratch: router, capacity, dispatch/combine, and expert parallelism on
+gloo."""
 
 from __future__ import annotations
 

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from helpers.demos.ch09_hybrid import PEAK_FLOPS, PRESETS, flops_per_token
+from helpers.cost.mfu import H200_BF16_PEAK as PEAK_FLOPS
+from helpers.train.presets import PRESETS, flops_per_token
 from helpers.parallel.ep import expert_capacity
 from helpers.models.resnet import count_parameters, resnet18
 from helpers.models.llama import llama_config, llama_params

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import importlib
-
 import pytest
 
 from helpers.record import ch09 as chapter09, runner as recorder
-from helpers.demos.ch09_hybrid import PEAK_FLOPS, PRESETS, flops_per_token, mfu
+from helpers.cost.mfu import H200_BF16_PEAK as PEAK_FLOPS
+from helpers.run.cli import demo_parser
+from helpers.train.presets import PRESETS, flops_per_token, mfu
 from helpers.run.env import RESULT_PREFIX, gpu_count
 from helpers.models.llama import llama_config, llama_params
 
@@ -18,7 +18,7 @@ def test_every_run_parses_with_its_demo(quick):
         runs = chapter09.run_list(part, quick)
         assert runs and (len(runs) == 1 if quick else True)
         for name, demo, gpus, args, timeout_s in runs:
-            parser = importlib.import_module(f"helpers.demos.{demo}").parser()
+            parser = demo_parser(demo)
             parser.parse_args(args)  # argparse exits on a bad flag
             assert gpus in (1, 2) and 60 <= timeout_s <= 600
 
@@ -82,7 +82,8 @@ def test_a_failing_run_is_recorded_not_raised():
 
 
 def test_a_run_past_its_timeout_says_so():
-    """A run killed at its timeout is recorded as such, with the results its ranks printed before."""
+    """A run killed at its timeout is recorded as such, with the results its ranks printed
+    before."""
     run = recorder.run_one(
         "slow",
         "ch08_train",
@@ -127,7 +128,7 @@ def test_quick_recording_runs_on_gpus():
 
 
 def test_out_of_memory_is_recognised():
-    from helpers.demos.ch09_sp_sweep import out_of_memory
+    from helpers.train.seq_sweep import out_of_memory
 
     assert out_of_memory(RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB"))
     assert out_of_memory(

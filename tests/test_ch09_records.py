@@ -1,8 +1,8 @@
 """Chapter 9's GPU records: what the notebook shows and the page quotes is computed from the JSON.
 
 The records are ``results/2xNVIDIA-H200/ch09_<part>.json`` (committed); each test reads the raw
-JSON, recomputes a number independently of ``helpers.chapters.ch09_quick_demos`` where it can, and checks
-that the helper, the notebook's stored (glued) table and the page all carry it.
+JSON, recomputes a number independently of the ``helpers.chapters.ch09_*`` modules where it can, and
+checks that the helper, the notebook's stored (glued) table and the page all carry it.
 """
 
 from __future__ import annotations
@@ -13,8 +13,16 @@ from pathlib import Path
 
 import pytest
 
-from helpers.chapters import ch09_quick_demos as show
-from helpers.demos.ch09_hybrid import PEAK_FLOPS, PRESETS, flops_per_token
+from helpers.chapters.ch09_hybrid_layouts import mfu_of
+from helpers.chapters.ch09_nan_study import nan_rows
+from helpers.chapters.ch09_sequence_parallel import (
+    attention_scores_gib,
+    gpu_capacity_gib,
+    oom_request_gib,
+    sweep_points,
+)
+from helpers.cost.mfu import H200_BF16_PEAK as PEAK_FLOPS
+from helpers.train.presets import PRESETS, flops_per_token
 from helpers.record.results import load
 from helpers.models.llama import llama_config
 
@@ -68,7 +76,8 @@ def test_provenance_quoted():
     for part in ("resnet", "hybrid", "nan", "moe", "sp"):
         p = load(f"ch09_{part}", gpus=2)["provenance"]
         assert p["git_commit"].startswith("2819ef0") and p["hardware"] == "2xNVIDIA-H200"
-        assert p["versions"]["colossalai"] == "0.5.0" and p["command"].split("--parts ")[1] in PAGE
+        parts = p["command"].split("--parts ")[1]  # the page: python -m helpers.record ch09 --only
+        assert p["versions"]["colossalai"] == "0.5.0" and parts.replace(",", " ") in PAGE
     assert "at commit `2819ef0`" in PAGE and "results/2xNVIDIA-H200/ch09_<part>.json" in PAGE
 
 
@@ -107,7 +116,7 @@ def test_hybrid_mfu_is_the_books_definition_of_the_slowest_rank():
             * flops_per_token(config, slowest["seq"])
             / (slowest["gpus"] * PEAK_FLOPS)
         )
-        assert show.mfu_of(slowest) == pytest.approx(expected)
+        assert mfu_of(slowest) == pytest.approx(expected)
         assert abs(expected - slowest["mfu"]) < 1e-4  # the recorder's own (rounded) value agrees
         page_mfu[name] = f"{100 * expected:.1f} %"
         assert page_mfu[name] in html("ch09-hybrid-gpu") and f"{slowest['tokens_per_s']:,}" in html(
@@ -161,7 +170,7 @@ def test_nan_study_at_2048_from_the_record():
     assert (
         p["hardware"] == "2xNVIDIA-H200"
         and f"commit `{p['git_commit'][:7]}`" in PAGE
-        and p["command"] in PAGE
+        and "--only " + p["command"].split("--parts ")[1] in PAGE  # the page: helpers.record ch09
     )
     tp, dp, gathered = record["runs"]
     assert "tp=2" in tp["name"] and "dp=2" in dp["name"] and "gathered" in gathered["name"]
@@ -183,10 +192,11 @@ def test_nan_study_at_2048_from_the_record():
         in flat
     )
     assert (
-        f"tp=2 went from {t['losses'][0]:.4f} to {t['losses'][-1]:.4f} and dp=2 to {d['losses'][-1]:.4f}"
-        in flat
+        f"tp=2 went from {t['losses'][0]:.4f} to {t['losses'][-1]:.4f} "
+        f"and dp=2 to {d['losses'][-1]:.4f}" in flat
     )
-    # tp=2 ran cleanly; dp=2 reported everything, then its launch did not end cleanly; the third was skipped
+    # tp=2 ran cleanly; dp=2 reported everything, then its launch did not end cleanly;
+    # the third was skipped
     assert tp["ok"] and not dp["ok"] and not gathered["ok"] and not gathered["results"]
     assert gathered["error"] == "skipped: the recording's budget was spent"
     error = dp["error"]
@@ -198,7 +208,7 @@ def test_nan_study_at_2048_from_the_record():
         "last 3,000 characters" in flat and "end of rank 1's result line and no traceback" in flat
     )
     assert "the run after it was skipped because the budget was spent" in flat
-    statuses = [row["status"] for row in show.nan_rows(record["runs"])]
+    statuses = [row["status"] for row in nan_rows(record["runs"])]
     assert statuses[0] == "ok" and statuses[2] == "not run: the recording's budget was spent"
     assert (
         statuses[1].startswith("not ok: every rank reported all 20 steps")
@@ -227,7 +237,7 @@ def test_moe_numbers():
 
 
 def test_sp_limits_and_the_failed_allocations():
-    swept = [run for run in load("ch09_sp", gpus=2)["runs"] if show._points(run)]
+    swept = [run for run in load("ch09_sp", gpus=2)["runs"] if sweep_points(run)]
     limits = {
         run["name"]: (
             max(p["seq"] for p in run["results"] if not p["oom"]),
@@ -241,10 +251,10 @@ def test_sp_limits_and_the_failed_allocations():
             if p["oom"]:
                 heads = PRESETS[p["preset"]]["heads"] // (p["tp"] * p["sp"])
                 asked = float(re.search(r"allocate ([\d.]+) GiB", p["error"]).group(1))
-                assert heads == 8 and show.oom_request_gib(p) == asked == show.attention_scores_gib(
+                assert heads == 8 and oom_request_gib(p) == asked == attention_scores_gib(
                     p["seq"], heads
                 )
-    assert show.gpu_capacity_gib(swept) == 139.8
+    assert gpu_capacity_gib(swept) == 139.8
     ring = load("ch09_sp", gpus=2)["runs"][-1]
     assert not ring["ok"] and "Flash Attention is not installed" in ring["error"]
     assert "Flash Attention is not installed" in PAGE and "16,384 (127.3 GiB" not in PAGE
@@ -252,6 +262,5 @@ def test_sp_limits_and_the_failed_allocations():
     table = html("ch09-sp-gpu")
     assert "OOM: 8 GiB asked" in table and "OOM: 32 GiB asked" in table
     assert (
-        8 * show.attention_scores_gib(16384, 8, 6) == 96
-        and 8 * show.attention_scores_gib(8192, 8, 6) == 24
+        8 * attention_scores_gib(16384, 8, 6) == 96 and 8 * attention_scores_gib(8192, 8, 6) == 24
     )

@@ -1,8 +1,22 @@
-"""Chapter 9's display helpers on records shaped like the demos' RESULT lines, and the legacy launcher."""
+"""Chapter 9's display helpers on records shaped like the demos' RESULT lines, and the legacy
+launcher."""
 
 from __future__ import annotations
 
-from helpers.chapters import ch09_quick_demos as show
+from helpers.chapters.ch09_hybrid_layouts import hybrid_figure, hybrid_rows, mfu_of
+from helpers.chapters.ch09_legacy_launch import legacy_launch
+from helpers.chapters.ch09_moe import moe_load_figure, moe_rows
+from helpers.chapters.ch09_nan_study import nan_figure, nan_rows
+from helpers.chapters.ch09_records import provenance, recorded, run_status
+from helpers.chapters.ch09_resnet import resnet_rows, seed_reference
+from helpers.chapters.ch09_sequence_parallel import (
+    attention_scores_gib,
+    gpu_capacity_gib,
+    oom_request_gib,
+    sp_figure,
+    sp_point_rows,
+    sp_rows,
+)
 
 HYBRID = {
     "name": "tp=2",
@@ -31,7 +45,7 @@ FAILED = {
 
 
 def test_hybrid_and_failed_rows():
-    rows = show.hybrid_rows([HYBRID, FAILED])
+    rows = hybrid_rows([HYBRID, FAILED])
     assert rows[0]["MFU"] == "30.1 %" and rows[0]["peak GiB (largest rank)"] == "40.0"
     assert rows[0]["tokens/s (slowest rank)"] == "123,456"
     assert rows[0]["loss first→last"] == "10.500→8.000"
@@ -44,26 +58,22 @@ def test_hybrid_rows_take_the_slowest_rank_and_the_largest_peak():
         dict(HYBRID["results"][1], tokens_per_s=100_000, mfu=0.2440),
     )
     slow["peak_mib"] = 50 * 1024.0
-    row = show.hybrid_rows([{"name": "tp=2", "ok": True, "results": [fast, slow]}])[0]
+    row = hybrid_rows([{"name": "tp=2", "ok": True, "results": [fast, slow]}])[0]
     assert (
         row["tokens/s (slowest rank)"] == "100,000"
         and row["MFU"] == "24.4 %"
         and row["peak GiB (largest rank)"] == "50.0"
     )
-    show.hybrid_figure([{"name": "tp=2", "ok": True, "results": [fast, slow]}, FAILED])
+    hybrid_figure([{"name": "tp=2", "ok": True, "results": [fast, slow]}, FAILED])
 
 
 def test_mfu_of_recomputes_the_books_definition():
-    from helpers.demos.ch09_hybrid import PRESETS, mfu
+    from helpers.train.presets import PRESETS, mfu
     from helpers.models.llama import llama_config
 
     result = {"preset": "half", "seq": 1024, "tokens_per_s": 100_000, "gpus": 2, "mfu": 0.0}
-    assert show.mfu_of(result) == mfu(
-        llama_config(**PRESETS["half"], max_seq=1024), 1024, 100_000, 2
-    )
-    assert (
-        round(100 * show.mfu_of(result), 1) == 15.3
-    )  # 3.02 GFLOP/token x 1e5 / (2 x 989.5 TFLOP/s)
+    assert mfu_of(result) == mfu(llama_config(**PRESETS["half"], max_seq=1024), 1024, 100_000, 2)
+    assert round(100 * mfu_of(result), 1) == 15.3  # 3.02 GFLOP/token x 1e5 / (2 x 989.5 TFLOP/s)
 
 
 def test_nan_rows_find_the_first_bad_step():
@@ -84,7 +94,7 @@ def test_nan_rows_find_the_first_bad_step():
         "ok": True,
         "results": [{"losses": [5.0, 1.0, 0.1, nan], "watch": watch}],
     }
-    row = show.nan_rows([run])[0]
+    row = nan_rows([run])[0]
     assert (
         row["first non-finite step"] == 3
         and row["non-finite gradients"] == "w"
@@ -122,17 +132,17 @@ def test_run_status_says_what_the_record_says():
         "results": ranks[:1],
     }
     traced = {**cut, "error": "Traceback ...\nRuntimeError: late"}
-    assert show.run_status({"name": "tp=2", "ok": True, "results": ranks}) == "ok"
-    assert show.run_status(skipped) == "not run: the recording's budget was spent"
-    assert show.run_status(cut) == (
+    assert run_status({"name": "tp=2", "ok": True, "results": ranks}) == "ok"
+    assert run_status(skipped) == "not run: the recording's budget was spent"
+    assert run_status(cut) == (
         "not ok: every rank reported all 3 steps, then the launch did not end cleanly "
         "(stored error text: the end of a rank's RESULT line, no traceback)"
     )
-    assert show.run_status(traced).endswith("(stored error text: failed: RuntimeError: late)")
+    assert run_status(traced).endswith("(stored error text: failed: RuntimeError: late)")
     assert (
-        show.run_status(crashed) == "failed: RuntimeError: boom"
+        run_status(crashed) == "failed: RuntimeError: boom"
     )  # one rank of two reported: not complete
-    rows = show.nan_rows([cut, skipped])
+    rows = nan_rows([cut, skipped])
     assert rows[0]["status"].startswith("not ok: every rank reported all 3 steps")
     assert (
         rows[0]["loss at steps 0/5/10/last"] == "3 / 1"
@@ -146,11 +156,11 @@ def test_run_status_says_what_the_record_says():
         "failed_rank": None,
         "returncode": None,
     }
-    assert show.run_status(timed_out) == (
+    assert run_status(timed_out) == (
         "not ok: every rank reported all 3 steps, then the launch was killed at its 38.5 s timeout"
     )
     exited = {**cut, "failure": "exit", "failed_rank": 1, "returncode": 1}
-    assert show.run_status(exited).endswith("steps, then rank 1 exited with code 1")
+    assert run_status(exited).endswith("steps, then rank 1 exited with code 1")
 
 
 def test_nan_figure_panels_keep_a_variant_colour():
@@ -166,12 +176,15 @@ def test_nan_figure_panels_keep_a_variant_colour():
         "args": ["--tp", "2", "--repeat", "--parallel_output", "0"],
         "results": [],
     }
-    fig = show.nan_figure([a, b], [b, a2, skipped], titles=("1,024", "2,048"))
+    fig = nan_figure([a, b], [b, a2, skipped], titles=("1,024", "2,048"))
     left, right = fig.axes
-    colour = lambda ax, name: next(l.get_color() for l in ax.get_lines() if l.get_label() == name)
+
+    def colour(ax, name):
+        return next(ln.get_color() for ln in ax.get_lines() if ln.get_label() == name)
+
     assert colour(left, "tp=2 repeated") == colour(right, "tp=2 repeated, seq 2048")
     assert colour(left, "dp=2 repeated") == colour(right, "dp=2 repeated")
-    assert "gathered" not in [l.get_label() for l in right.get_lines()]  # no losses, not drawn
+    assert "gathered" not in [ln.get_label() for ln in right.get_lines()]  # no losses, not drawn
     assert (left.get_title(), right.get_title()) == ("1,024", "2,048")
 
 
@@ -182,35 +195,36 @@ def test_sp_rows_and_figure():
         {"seq": 8192, "oom": True, "peak_mib": 9e4},
     ]
     runs = [{"name": "tp=2", "ok": True, "results": points}, {"name": "ring", **FAILED}]
-    rows = show.sp_rows(runs)
+    rows = sp_rows(runs)
     assert (
         rows[0]["longest sequence that ran"] == "4,096" and rows[0]["out of memory at"] == "8,192"
     )
     assert rows[0]["tokens/s at the longest"] == "90" and rows[1]["out of memory at"].startswith(
         "failed"
     )
-    show.sp_figure(runs)
+    sp_figure(runs)
     oom = {
         "seq": 16384,
         "oom": True,
         "peak_mib": 9e4,
-        "error": "CUDA out of memory. Tried to allocate 8.00 GiB. GPU 0 has a total capacity of 139.80 GiB of which",
+        "error": "CUDA out of memory. Tried to allocate 8.00 GiB. "
+        "GPU 0 has a total capacity of 139.80 GiB of which",
     }
     runs = [{"name": "tp=2", "ok": True, "results": points[:2] + [oom]}]
-    assert show.oom_request_gib(oom) == 8.0 == show.attention_scores_gib(16384, 8)
-    assert show.gpu_capacity_gib(runs) == 139.8
-    table = show.sp_point_rows(runs)
+    assert oom_request_gib(oom) == 8.0 == attention_scores_gib(16384, 8)
+    assert gpu_capacity_gib(runs) == 139.8
+    table = sp_point_rows(runs)
     assert [r["sequence"] for r in table] == ["2,048", "4,096", "16,384"]
     assert (
         table[0]["tp=2"] == "1.0 GiB, 100 tokens/s"
         and table[2]["tp=2"] == "OOM: 8 GiB asked, 87.9 GiB held"
     )
-    show.sp_figure(runs)
+    sp_figure(runs)
 
 
 def test_nan_figure_marks_non_finite_steps():
     nan = float("nan")
-    show.nan_figure(
+    nan_figure(
         [
             {"name": "a", "results": [{"losses": [5.0, 1.0, nan]}]},
             {"name": "b", "results": [{"losses": [5.0, 0.1]}]},
@@ -233,15 +247,15 @@ def test_resnet_and_moe_rows():
             }
         ],
     }
-    row = show.resnet_rows([resnet])[0]
+    row = resnet_rows([resnet])[0]
     assert (
         row["test accuracy"] == "95.54 %"
         and row["Colossal-AI, CIFAR-10, 80 epochs (reference only)"] == ""
     )
     gemini = {**resnet["results"][0], "plugin": "gemini", "world_size": 2}
     assert (
-        show.seed_reference(gemini) == 84.60
-        and show.seed_reference({"world_size": 1, "plugin": "torch_ddp"}) == 85.85
+        seed_reference(gemini) == 84.60
+        and seed_reference({"world_size": 1, "plugin": "torch_ddp"}) == 85.85
     )
     moe = {
         "name": "ep=2",
@@ -260,7 +274,7 @@ def test_resnet_and_moe_rows():
             }
         ],
     }
-    assert show.moe_rows([moe])[0]["expert params held / total"] == "200 M / 400 M"
+    assert moe_rows([moe])[0]["expert params held / total"] == "200 M / 400 M"
 
 
 def test_moe_load_figure():
@@ -274,16 +288,16 @@ def test_moe_load_figure():
         }
         for r in range(2)
     ]
-    show.moe_load_figure(results)
+    moe_load_figure(results)
 
 
 def test_legacy_launcher_rejects_ipv4_and_accepts_ipv6():
-    assert show.legacy_launch("127.0.0.1") == "ValueError: An IPv4 address cannot be in brackets"
-    assert show.legacy_launch("::1") == "initialised"
+    assert legacy_launch("127.0.0.1") == "ValueError: An IPv4 address cannot be in brackets"
+    assert legacy_launch("::1") == "initialised"
 
 
 def test_unrecorded_part_says_how_to_record():
-    assert "python -m helpers.record.ch09 --record --parts nothing" in show.provenance("nothing")
+    assert "python -m helpers.record ch09 --record --only nothing" in provenance("nothing")
 
 
 def test_quick_record_stands_in_for_a_missing_part(tmp_path, monkeypatch):
@@ -308,7 +322,7 @@ def test_quick_record_stands_in_for_a_missing_part(tmp_path, monkeypatch):
     }
     (folder / "ch09_quick.json").write_text(json.dumps(record))
     monkeypatch.setattr(results, "RESULTS_DIR", tmp_path)
-    got = show.recorded("hybrid")
+    got = recorded("hybrid")
     assert got["quick"] and [r["part"] for r in got["runs"]] == ["hybrid"]
-    assert show.provenance("hybrid").startswith("Only the quick smoke recording")
-    assert show.recorded("moe") is None
+    assert provenance("hybrid").startswith("Only the quick smoke recording")
+    assert recorded("moe") is None

@@ -1,5 +1,6 @@
-"""helpers.cost.comm: ring volumes, nccl-tests bus-bandwidth factors, the α-β fit, per-step volumes, the seed
-rule, input errors, and one 2-rank run of the Chapter 3 collectives benchmark (no timing thresholds)."""
+"""helpers.cost.comm: ring volumes, nccl-tests bus-bandwidth factors, the α-β fit, per-step
+volumes, the seed rule, input errors, and one 2-rank run of the Chapter 3 collectives benchmark
+(no timing thresholds)."""
 
 import pytest
 
@@ -68,7 +69,7 @@ def test_time_model_and_presets():
         NOMINAL_LINKS["nvlink4"].bandwidth_bytes_per_s == 450e9
         and NOMINAL_LINKS["ib_ndr"].bandwidth_bytes_per_s == 50e9
     )
-    assert all("nominal" in l.name for l in NOMINAL_LINKS.values())
+    assert all("nominal" in lk.name for lk in NOMINAL_LINKS.values())
     ops = [("all_reduce", GB), ("all_gather", GB)]
     assert ops_time(ops, 8, link) == pytest.approx(2e-5 + (1.75 + 0.875) * GB / (100 * GB))
 
@@ -177,7 +178,8 @@ def test_benchmark_two_ranks():
 
 
 def test_ring_steps_latency_per_step():
-    """Thakur et al.: ring all-reduce takes 2(n-1) steps, the others n-1; per_step charges α per step."""
+    """Thakur et al.: ring all-reduce takes 2(n-1) steps, the others n-1; per_step charges α per
+    step."""
     from helpers.cost.comm import ring_steps
 
     assert [ring_steps(c, 8) for c in COLLECTIVES] == [14, 7, 7, 7]

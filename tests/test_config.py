@@ -1,4 +1,5 @@
-"""Chapter 4: training configuration files (helpers.config.schema, helpers.config.plugin, helpers.config.legacy).
+"""Chapter 4: training configuration files (helpers.config.schema, helpers.config.plugin,
+helpers.config.legacy).
 
 * YAML and dict input give the same validated TrainConfig; the bundled examples load;
 * every bad config is rejected by load_config alone (no process, no torch) with one ConfigError
@@ -21,19 +22,16 @@ from pathlib import Path
 import pytest
 import yaml
 
-from helpers.config.schema import CONFIG_DIR, ConfigError, TrainConfig, check_world, load_config
-from helpers.config.legacy import migrate_legacy, migrate_to_config, parse_legacy
-from helpers.config.plugin import (
-    MAPPING,
-    PLUGINS,
-    check_signature,
-    mapping_rows,
-    markdown_table,
-    plugin_class,
-    plugin_spec,
-    scaled_down,
-    side_by_side,
-)
+from helpers.config.dry_run import scaled_down, side_by_side
+from helpers.config.errors import ConfigError
+from helpers.config.legacy import migrate_legacy, migrate_to_config
+from helpers.config.legacy_reader import parse_legacy
+from helpers.config.loading import CONFIG_DIR, load_config
+from helpers.config.plugin import check_signature, plugin_class, plugin_spec
+from helpers.config.plugin_mapping import MAPPING, MAPPING_PLUGINS, mapping_rows
+from helpers.config.rules import check_world
+from helpers.config.schema import TrainConfig
+from helpers.config.tables import markdown_table
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE = {  # valid: 2 × 2 × 2 = 8 processes
@@ -45,7 +43,8 @@ DEL = object()
 
 
 def cfg(**sections) -> dict:
-    """BASE with changes: cfg(parallelism={"tensor": 3}); DEL removes a key, a non-dict replaces a section."""
+    """BASE with changes: cfg(parallelism={"tensor": 3}); DEL removes a key, a non-dict replaces
+    a section."""
     out = copy.deepcopy(BASE)
     for section, changes in sections.items():
         if not isinstance(changes, dict):
@@ -138,13 +137,14 @@ def test_sequence_axis_counts_in_the_world_only_for_its_own_group():
 
 def test_validation_needs_neither_torch_nor_colossalai():
     code = (
-        "import sys; from helpers.config.schema import load_config; load_config('seed_complete.yaml', world_size=64); "
+        "import sys; from helpers.config.loading import load_config; "
+        "load_config('seed_complete.yaml', world_size=64); "
         "assert 'torch' not in sys.modules and 'colossalai' not in sys.modules, sorted(sys.modules)"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
 
 
-# -- bad input: (config, world size or None, field, value as shown, fix) ----------------------------
+# -- bad input: (config, world size or None, field, value as shown, fix) ---------------------------
 BAD = [
     # unknown keys
     (
@@ -905,7 +905,7 @@ def test_torch_ddp_plugin_is_built_for_real(tmp_path):
         "gloo", store=dist.FileStore(str(tmp_path / "store"), 1), rank=0, world_size=1
     )
     try:
-        plugin, booster = build_plugin(
+        plugin, booster, _ = build_plugin(
             load_config("tiny_cpu.yaml").with_changes({"parallelism": {"data": 1}})
         )
         assert type(plugin).__name__ == "TorchDDPPlugin" and isinstance(booster, Booster)
@@ -922,7 +922,7 @@ def test_torch_ddp_plugin_is_built_for_real(tmp_path):
 
 def test_mapping_table_names_only_real_kwargs():
     for row in MAPPING:
-        for plugin, cell in zip(PLUGINS, row[1:]):
+        for plugin, cell in zip(MAPPING_PLUGINS, row[1:]):
             names = re.findall(r"(\w+)=", cell)  # 'tp_size=' names a kwarg; ' = ' is prose
             if plugin == "TorchDDPPlugin":
                 continue  # its '=' cell is Booster(mixed_precision=)
@@ -936,7 +936,7 @@ def test_mapping_table_names_only_real_kwargs():
     )
     rows = mapping_rows()
     assert rows[0]["config"] == "parallelism.data" and len(rows) == len(MAPPING)
-    assert markdown_table(rows, ["config", *PLUGINS]).count("\n") == len(rows) + 1
+    assert markdown_table(rows, ["config", *MAPPING_PLUGINS]).count("\n") == len(rows) + 1
 
 
 # -- legacy migration ----------------------------------------------------------------------------
@@ -992,7 +992,10 @@ def test_legacy_short_form_from_the_issue():
 
 def test_legacy_is_parsed_never_executed(tmp_path):
     marker = tmp_path / "ran"
-    text = f"import os\nos.system('touch {marker}')\nopen({str(marker)!r}, 'w')\nX = __import__('os')\nLR = 1e-3\n"
+    text = (
+        f"import os\nos.system('touch {marker}')\nopen({str(marker)!r}, 'w')\n"
+        "X = __import__('os')\nLR = 1e-3\n"
+    )
     names, skipped = parse_legacy(text)
     assert not marker.exists()
     assert names["LR"] == 1e-3 and len(skipped) == 2 and "never executed" in skipped[0]
@@ -1146,7 +1149,7 @@ def test_trainconfig_is_frozen_and_with_changes_validates():
     assert isinstance(TrainConfig.model_validate(BASE), TrainConfig)
 
 
-# -- the chapter page agrees with the code ----------------------------------------------------------
+# -- the chapter page agrees with the code ---------------------------------------------------------
 PAGE = ROOT / "book" / "04_config.md"
 
 
@@ -1194,7 +1197,8 @@ def test_page_exercise_answers():
             }
         )
     legacy = (
-        'parallel = dict(pipeline=4, tensor=dict(size=2, mode="1d"))\nBATCH_SIZE = 4\nNUM_MICRO_BATCHES = 8\n'
+        'parallel = dict(pipeline=4, tensor=dict(size=2, mode="1d"))\n'
+        "BATCH_SIZE = 4\nNUM_MICRO_BATCHES = 8\n"
         "LEARNING_RATE = 1e-4\nNUM_LAYERS = 32\nNUM_HEADS = 32\nHIDDEN_SIZE = 4096"
     )
     with pytest.raises(

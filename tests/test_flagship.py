@@ -1,4 +1,5 @@
-"""Chapter 8's flagship benchmark (helpers.record.flagship) and its knobs (helpers.train.speed), on CPU."""
+"""Chapter 8's flagship benchmark (helpers.record.flagship) and its knobs (helpers.train.speed),
+on CPU."""
 
 import math
 
@@ -6,9 +7,10 @@ import pytest
 import torch
 
 from helpers.train import speed
-from helpers.demos.ch08_train import parser
-from helpers.record.flagship import RUNS, run_list, summarize
-from helpers.config.layout import LlamaShape
+from helpers.train.framework_run import parser
+from helpers.record.flagship_runs import RUNS, run_list
+from helpers.record.flagship_summary import summarize
+from helpers.config.shape import ModelShape
 from helpers.models.llama import build_llama, token_batch
 
 
@@ -21,7 +23,8 @@ def test_every_run_parses_and_changes_one_knob_from_a_named_baseline():
         assert ns.micro_batch in (8, 16) and ns.ref_steps >= 3 and timeout_s >= 300
     kinds = {parser().parse_args(a).framework for _, a, _ in run_list()}
     assert kinds == {"fsdp2", "colossal"}
-    # the CPU list keeps only FSDP2 (Colossal-AI's ZeRO plugins need CUDA); unknown names are refused
+    # the CPU list keeps only FSDP2 (Colossal-AI's ZeRO plugins need CUDA); unknown names are
+    # refused
     assert all(parser().parse_args(a).framework == "fsdp2" for _, a, _ in run_list(cpu=True))
     with pytest.raises(ValueError, match="unknown run"):
         run_list(only=["FSDP3"])
@@ -43,7 +46,9 @@ def test_plugin_kwargs_and_optimizers():
 
 def test_compiled_layers_keep_parameters_and_numerics():
     """torch.compile per layer (backend 'eager' here: no C compiler needed) changes no number."""
-    config = LlamaShape(layers=2, hidden=64, heads=4, kv_heads=4, vocab=128).config(max_seq=32)
+    config = ModelShape.llama(layers=2, hidden=64, heads=4, kv_heads=4, vocab=128).config(
+        max_seq=32
+    )
     model = build_llama(config)
     before = list(model.parameters())
     batch = token_batch(0, 2, 16, 128)
@@ -62,10 +67,10 @@ def test_compiled_layers_keep_parameters_and_numerics():
 
 
 def test_chunked_reference_equals_the_whole_batch():
-    from helpers.demos.ch01_hybrid import train_reference_mixed
+    from helpers.train.reference import train_reference_mixed
     import copy
 
-    config = LlamaShape(layers=1, hidden=32, heads=2, kv_heads=2, vocab=64).config(max_seq=16)
+    config = ModelShape.llama(layers=1, hidden=32, heads=2, kv_heads=2, vocab=64).config(max_seq=16)
     model = build_llama(config)
     batches = [token_batch(k, 4, 16, 64) for k in range(2)]
     whole = train_reference_mixed(copy.deepcopy(model), batches, 1e-3, torch.float32)
@@ -96,7 +101,8 @@ def test_summary_flags_failures_nan_and_a_loss_off_the_reference():
     good = summarize("x", {"ok": True, "results": [rank, other], "seconds": 50})
     assert good["ok"] and good["loss_ok"] and good["max_ref_gap"] == pytest.approx(0.005, abs=1e-4)
     assert good["tokens_per_s_per_gpu"] == 80_000 and good["loss_last"] == pytest.approx(10.55)
-    # PaLM's formula (Chowdhery et al. 2022, appendix B): N = every parameter, (6N + 12·L·h·s) per token
+    # PaLM's formula (Chowdhery et al. 2022, appendix B): N = every parameter,
+    # (6N + 12·L·h·s) per token
     assert good["mfu_all_params"] == pytest.approx(
         160_000 * (6 * 940_640_256 + 12 * 16 * 2048 * 2048) / (2 * 989.5e12), abs=1e-4
     )
@@ -137,7 +143,8 @@ def test_quick_flagship_runs_fsdp2_eager_and_compiled_on_gloo():
 
 
 def test_recorded_flagship_table_and_figure():
-    """The book's table is recomputed from the ranks' results; every recorded run's loss is checked."""
+    """The book's table is recomputed from the ranks' results; every recorded run's loss is
+    checked."""
     from helpers.chapters.ch08_flagship import COLUMNS, figure, recorded, setup, table_rows
 
     record = recorded()
@@ -236,7 +243,7 @@ def test_plugin_kwargs_of_every_run_are_the_plugins_own():
     import colossalai.booster.plugin as plugins
 
     from helpers.config.layout import plugin_spec
-    from helpers.demos.ch08_train import layout_from
+    from helpers.train.framework_run import layout_from
 
     for name, args, _ in run_list():
         ns = parser().parse_args(args)
@@ -294,8 +301,9 @@ def test_overlap_allgather_waits_move_to_layer_pre_hooks_and_compile():
 
 
 def test_grad_norm_on_device_equals_colossalais_norm_and_skips_the_multiply_by_one(monkeypatch):
-    """speed.grad_norm_on_device: the same 2-norm as LowLevelZeroOptimizer._compute_grad_norm (fp64,
-    host) and calculate_global_norm_from_list, but as a GPU-side tensor; no multiply when the scale is 1."""
+    """speed.grad_norm_on_device: the same 2-norm as LowLevelZeroOptimizer._compute_grad_norm
+    (fp64, host) and calculate_global_norm_from_list, but as a GPU-side tensor; no multiply when
+    the scale is 1."""
     import socket
 
     import torch.distributed as dist
@@ -362,8 +370,10 @@ def _round_row(name, tps, framework="colossal", ok=True, loss_ok=True, error="")
 
 
 def test_head_to_head_medians_ratio_and_skipped_rounds():
-    """compare(): medians per run over the rounds that ran, the ratio to FSDP2's; a bad loss invalidates."""
-    from helpers.record.flagship import HEAD_TO_HEAD, ROUND, compare
+    """compare(): medians per run over the rounds that ran, the ratio to FSDP2's; a bad loss
+    invalidates."""
+    from helpers.record.flagship_runs import HEAD_TO_HEAD, ROUND
+    from helpers.record.flagship_summary import compare
 
     assert [n for n, _, _ in run_list(only=list(HEAD_TO_HEAD), rounds=2)] == [
         f"{n}{ROUND}{k}" for k in (1, 2) for n in HEAD_TO_HEAD
@@ -388,8 +398,10 @@ def test_head_to_head_medians_ratio_and_skipped_rounds():
 
 def test_recorded_head_to_head_and_tuning_steps():
     """The book's head-to-head and step tables, recomputed from the records."""
-    from helpers.record.flagship import HEAD_TO_HEAD, compare
-    from helpers.chapters.ch08_flagship import STEPS, h2h_figure, h2h_rows, recorded, step_rows
+    from helpers.record.flagship_runs import HEAD_TO_HEAD
+    from helpers.record.flagship_summary import compare
+    from helpers.chapters.ch08_flagship import recorded
+    from helpers.chapters.ch08_tuning import STEPS, h2h_figure, h2h_rows, step_rows
 
     runs, h2h = recorded(), recorded("flagship_h2h")
     if runs is None or h2h is None:
@@ -415,8 +427,9 @@ def test_chapter8_quotes_the_flagship_records():
     """Every number the flagship section of Chapter 8 quotes is recomputed here from the records."""
     from pathlib import Path
 
-    from helpers.record.flagship import compare
-    from helpers.chapters.ch08_flagship import kernel_rows, recorded, step_rows, table_rows
+    from helpers.record.flagship_summary import compare
+    from helpers.chapters.ch08_flagship import kernel_rows, recorded, table_rows
+    from helpers.chapters.ch08_tuning import step_rows
 
     runs, h2h = recorded(), recorded("flagship_h2h")
     if runs is None or h2h is None:
@@ -448,11 +461,13 @@ def test_chapter8_quotes_the_flagship_records():
         f"HybridParallel ZeRO-2 {table['HybridParallel ZeRO-2, eager']['MFU %']} %",
         f"LowLevelZero ZeRO-2 {table['LowLevelZero ZeRO-2, eager']['MFU %']} %",
         f"took {eager['copy/cast ms']:.1f} ms",
-        f"kernels {eager['elementwise/other ms']:.1f} ms of LowLevelZero's {eager['timed step ms']:.1f} ms",
+        f"kernels {eager['elementwise/other ms']:.1f} ms "
+        f"of LowLevelZero's {eager['timed step ms']:.1f} ms",
         f"against {eager['matmul ms']:.1f} ms of matrix",
         f"gave ×{steps['+ reduce buckets 12 → 128 M elements']['throughput ×']}",
         f"fell from {eager['communication ms']:.1f} to {bucket['communication ms']:.1f} ms",
-        f"×{steps['+ torch.compile per layer']['throughput ×']}, to {steps['+ torch.compile per layer']['MFU % after']} %",
+        f"×{steps['+ torch.compile per layer']['throughput ×']}, "
+        f"to {steps['+ torch.compile per layer']['MFU % after']} %",
         f"Triton kernels ({compiled['triton (compiled) ms']:.1f} ms)",
         f"fell to {compiled['copy/cast ms']:.1f} ms",
         f"kernels to {compiled['elementwise/other ms']:.1f} ms",
@@ -460,31 +475,44 @@ def test_chapter8_quotes_the_flagship_records():
         f"gained ×{steps['FSDP2 + torch.compile per layer']['throughput ×']}",
         f"(×{steps['+ fused torch AdamW instead of HybridAdam']['throughput ×']})",
         f"kernel ({compiled['optimizer ms']:.1f} ms)",
-        f"({kernels['FSDP2 + torch.compile per layer']['optimizer ms']:.1f} → {kernels['FSDP2 + torch.compile + fused AdamW']['optimizer ms']:.1f} ms), ×{steps['FSDP2 + torch.compile + fused AdamW']['throughput ×']}",
-        f"gave ×{steps['+ micro-batch 8 → 16']['throughput ×']} ({steps['+ micro-batch 8 → 16']['MFU % after']} %)",
-        f"×{steps['FSDP2 + torch.compile, micro-batch 16']['throughput ×']} ({steps['FSDP2 + torch.compile, micro-batch 16']['MFU % after']} %)",
-        f"for {table['+ micro-batch 8 → 16']['peak GiB']} and {table['FSDP2 + torch.compile, micro-batch 16']['peak GiB']} GiB",
+        f"({kernels['FSDP2 + torch.compile per layer']['optimizer ms']:.1f} → "
+        f"{kernels['FSDP2 + torch.compile + fused AdamW']['optimizer ms']:.1f} ms), "
+        f"×{steps['FSDP2 + torch.compile + fused AdamW']['throughput ×']}",
+        f"gave ×{steps['+ micro-batch 8 → 16']['throughput ×']} "
+        f"({steps['+ micro-batch 8 → 16']['MFU % after']} %)",
+        f"×{steps['FSDP2 + torch.compile, micro-batch 16']['throughput ×']} "
+        f"({steps['FSDP2 + torch.compile, micro-batch 16']['MFU % after']} %)",
+        f"for {table['+ micro-batch 8 → 16']['peak GiB']} "
+        f"and {table['FSDP2 + torch.compile, micro-batch 16']['peak GiB']} GiB",
         f"(×{steps['ZeRO-2 → ZeRO-1 (all-reduce, no gradient shards)']['throughput ×']})",
-        f"({table['FSDP2 + torch.compile, micro-batch 16']['tokens/s/GPU']} against {table['+ micro-batch 8 → 16']['tokens/s/GPU']} tokens/s",
-        f"({cai16['compute ms']:.1f} ms of compute per step against FSDP2's {fsdp16['compute ms']:.1f} ms",
+        f"({table['FSDP2 + torch.compile, micro-batch 16']['tokens/s/GPU']} "
+        f"against {table['+ micro-batch 8 → 16']['tokens/s/GPU']} tokens/s",
+        f"({cai16['compute ms']:.1f} ms of compute per step "
+        f"against FSDP2's {fsdp16['compute ms']:.1f} ms",
         f"took {fsdp16['matmul ms']:.1f} ms against {cai16['matmul ms']:.1f}",
-        f"for {cai16['step − compute ms']:.1f} ms of each step against {fsdp16['step − compute ms']:.1f} ms",
+        f"for {cai16['step − compute ms']:.1f} ms of each step "
+        f"against {fsdp16['step − compute ms']:.1f} ms",
         f"median of {best['median']:,.0f} tokens/s per GPU, {100 * best['mfu_median']:.1f} %",
         f"({100 * best['mfu_all_params_median']:.1f} % with every parameter",
         f"against FSDP2's {fsdp['median']:,.0f} and {100 * fsdp['mfu_median']:.1f} %",
         f"ratio of {best['vs_fsdp2']:.4f}",
         f"(by {100 * (rounds[0] - 1):.2f} % and {100 * (rounds[1] - 1):.2f} %)",
         f"worth ×{steps['+ gradient norm kept on the GPU (no host sync in step)']['throughput ×']}",
-        f"fell from {overlap1['elementwise/other ms']:.1f} to {norm1['elementwise/other ms']:.1f} ms",
+        f"fell from {overlap1['elementwise/other ms']:.1f} "
+        f"to {norm1['elementwise/other ms']:.1f} ms",
         f"from {overlap1['copy/cast ms']:.1f} to {norm1['copy/cast ms']:.1f} ms (the fp64",
         f"rounds spread {100 * groups['+ overlap the parameter all-gather']['spread']:.1f} %",
         f"({norm1['compute ms']:.1f} ms of compute against {fsdp1['compute ms']:.1f} ms)",
-        f"nothing for {norm1['step − compute ms']:.1f} ms of each step, against {fsdp1['step − compute ms']:.1f} ms",
+        f"nothing for {norm1['step − compute ms']:.1f} ms of each step, "
+        f"against {fsdp1['step − compute ms']:.1f} ms",
         f"from {table['LowLevelZero ZeRO-2, eager']['MFU %']} % MFU",
         f"reached {100 * fsdp['mfu_median']:.1f} %",
-        f"×{steps['+ torch.compile per layer']['throughput ×']}, a micro-batch of 16 ×{steps['+ micro-batch 8 → 16']['throughput ×']}",
-        f"host syncs ×{steps['+ gradient norm kept on the GPU (no host sync in step)']['throughput ×']}",
-        f"cut copies and casts from {bucket['copy/cast ms']:.1f} to {compiled['copy/cast ms']:.1f} ms",
+        f"×{steps['+ torch.compile per layer']['throughput ×']}, "
+        f"a micro-batch of 16 ×{steps['+ micro-batch 8 → 16']['throughput ×']}",
+        "host syncs ×"
+        f"{steps['+ gradient norm kept on the GPU (no host sync in step)']['throughput ×']}",
+        f"cut copies and casts from {bucket['copy/cast ms']:.1f} "
+        f"to {compiled['copy/cast ms']:.1f} ms",
     ]
     missing = [q for q in quoted if q not in page]
     assert not missing, missing
@@ -498,12 +526,15 @@ def test_chapter8_quotes_the_flagship_records():
 
 
 def test_tune_boosted_applies_the_flags_it_is_given():
-    """speed.tune_boosted: --compile compiles the layers; --norm_on_device refuses a non-ZeRO optimizer."""
+    """speed.tune_boosted: --compile compiles the layers; --norm_on_device refuses a non-ZeRO
+    optimizer."""
     import argparse
 
     p = argparse.ArgumentParser()
     speed.add_arguments(p)
-    config = LlamaShape(layers=2, hidden=64, heads=4, kv_heads=4, vocab=128).config(max_seq=32)
+    config = ModelShape.llama(layers=2, hidden=64, heads=4, kv_heads=4, vocab=128).config(
+        max_seq=32
+    )
     model = build_llama(config)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     speed.tune_boosted(model, opt, p.parse_args([]), {})
@@ -515,9 +546,9 @@ def test_tune_boosted_applies_the_flags_it_is_given():
 
 
 def test_a_run_off_its_reference_exits_non_zero_with_its_results_kept():
-    """--fail_on_divergence: every rank gathers the losses and loss_verdict decides; a run that fails
-    the check still printed its RESULT lines, and the launch fails with the reason. (A negative
-    tolerance fails any run: the check itself is what is tested here.)"""
+    """--fail_on_divergence: every rank gathers the losses and loss_verdict decides; a run that
+    fails the check still printed its RESULT lines, and the launch fails with the reason. (A
+    negative tolerance fails any run: the check itself is what is tested here.)"""
     from helpers.run.launch import LaunchError, launch
     from helpers.record.runner import results_in
 

@@ -21,7 +21,8 @@ def test_from_scratch_demos_run_on_nccl(demo):
 
 
 # The HybridParallelPlugin layouts run in the notebook's GPU path (make test-gpu executes it), each
-# asserting its match with the single-GPU reference; recording them is `python -m helpers.record.ch01 --record`.
+# asserting its match with the single-GPU reference; recording them is
+# `python -m helpers.record ch01 --record`.
 
 
 def test_hybrid_parallel_kill_and_resume_and_reshard_on_gpus(tmp_path):

@@ -1,4 +1,5 @@
-"""helpers.run.gpu_suite: the record of ``make test-gpu`` (one entry per GPU test and per notebook)."""
+"""helpers.run.gpu_suite: the record of ``make test-gpu`` (one entry per GPU test and per
+notebook)."""
 
 import json
 import subprocess

@@ -1,7 +1,8 @@
-"""helpers.run.kernels and Chapter 8's stale kernel-lock lab: a lock a live process holds is kept, an
-orphaned one is removed, the launcher's hint names the ranks and the path, ensure() on the CPU says
-so in one line, and the lab reproduces the hang and its fix. Everything works on temporary folders:
-the real ~/.cache is never touched (ensure() returns before it looks when there is no CUDA)."""
+"""helpers.run.kernels and Chapter 8's stale kernel-lock lab: a lock a live process holds is kept,
+an orphaned one is removed, the launcher's hint names the ranks and the path, ensure() on the CPU
+says so in one line, and the lab reproduces the hang and its fix. Everything works on temporary
+folders: the real ~/.cache is never touched (ensure() returns before it looks when there is no
+CUDA)."""
 
 import json
 import os
@@ -22,8 +23,8 @@ COMPILING = "[extension] Compiling the JIT fused_optim_cuda kernel during runtim
 FINISHED = "[extension] Time taken to compile fused_optim_cuda op: 54.1 seconds"
 # a process that takes a lock as torch's FileBaton.try_acquire does and keeps the descriptor open
 HOLD = (
-    "import os, sys, time; os.open(sys.argv[1], os.O_CREAT | os.O_EXCL); print('held', flush=True); "
-    "time.sleep(120)"
+    "import os, sys, time; os.open(sys.argv[1], os.O_CREAT | os.O_EXCL); "
+    "print('held', flush=True); time.sleep(120)"
 )
 
 
@@ -187,7 +188,8 @@ def test_lab_reproduces_the_hang_and_the_fix():
 
 
 def test_ensure_waits_for_a_live_build_then_clears(tmp_path, capsys):
-    """ensure()'s wait (no CUDA needed): a live holder is waited for; once it dies, its lock goes."""
+    """ensure()'s wait (no CUDA needed): a live holder is waited for; once it dies, its lock
+    goes."""
     lock = tmp_path / "lock"
     proc = _start(["-c", HOLD, str(lock)])
     assert proc.stdout.readline().strip() == "held"

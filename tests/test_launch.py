@@ -74,7 +74,7 @@ def test_command_line_is_torchrun_on_a_module():
 
 
 def test_the_root_cause_wins_over_a_partners_knock_on_error():
-    from helpers.run.launch import LAUNCHER, _failing_rank
+    from helpers.run.failure import LAUNCHER, failing_rank as _failing_rank
 
     lines = {
         0: [

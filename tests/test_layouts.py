@@ -1,11 +1,11 @@
-"""helpers.parallel.layouts: G = D × T × P (× S), the seed's enumeration, and every rule it forgets."""
+"""helpers.parallel.layouts: G = D × T × P (× S), the seed's enumeration, and every rule it
+forgets."""
 
 import pytest
 
 from helpers.parallel.layouts import (
     QWEN2_7B,
     Layout,
-    ModelShape,
     data_degree,
     factor_parallelism,
     feasible_layouts,
@@ -13,6 +13,7 @@ from helpers.parallel.layouts import (
     violations,
 )
 from helpers.parallel.mesh import RankMesh
+from helpers.config.shape import ModelShape
 
 SEED_32 = [
     (32, 1, 1),
@@ -58,19 +59,23 @@ def test_data_degree_of_the_seeds_example():
     [
         (
             (64, 3, 2),
-            "64 GPUs cannot be split as tensor=3 × pipeline=2: 6 does not divide 64; try tensor 2 or 4",
+            "64 GPUs cannot be split as tensor=3 × pipeline=2: 6 does not divide 64; "
+            "try tensor 2 or 4",
         ),
         (
             (8, 4, 4),
-            "8 GPUs cannot be split as tensor=4 × pipeline=4: 16 does not divide 8; try tensor 2, or pipeline 2",
+            "8 GPUs cannot be split as tensor=4 × pipeline=4: 16 does not divide 8; "
+            "try tensor 2, or pipeline 2",
         ),
         (
             (24, 1, 5),
-            "24 GPUs cannot be split as tensor=1 × pipeline=5: 5 does not divide 24; try pipeline 4 or 6",
+            "24 GPUs cannot be split as tensor=1 × pipeline=5: 5 does not divide 24; "
+            "try pipeline 4 or 6",
         ),
         (
             (16, 2, 2, 3, "all_to_all"),
-            "16 GPUs cannot be split as tensor=2 × pipeline=2 × sequence=3: 12 does not divide 16; try sequence 2 or 4",
+            "16 GPUs cannot be split as tensor=2 × pipeline=2 × sequence=3: 12 does not divide 16; "
+            "try sequence 2 or 4",
         ),
     ],
 )
@@ -213,7 +218,8 @@ def test_every_rule_rejects_with_its_message(layout, model, batch, reason):
 
 
 def test_kv_heads_must_not_be_fewer_than_t_after_ulysses():
-    # 8 KV heads / S=4 leaves 2 per sequence rank: T=4 would need 4 (Llama policy: kv_heads >= tp_size)
+    # 8 KV heads / S=4 leaves 2 per sequence rank: T=4 would need 4
+    # (Llama policy: kv_heads >= tp_size)
     assert violations(Layout(1, 4, 1, sp=4, sp_mode="all_to_all"), ModelShape(2, 16, 8)) == [
         "8 KV heads are not divisible by T×S=16"
     ]

@@ -1,12 +1,14 @@
-"""helpers.cost.memory: published figures (ZeRO Fig. 1, the seed, Korthikanti Table 2) and properties."""
+"""helpers.cost.memory: published figures (ZeRO Fig. 1, the seed, Korthikanti Table 2) and
+properties."""
 
 import pytest
 
-from helpers.parallel.layouts import QWEN2_7B, Layout, ModelShape
+from helpers.parallel.layouts import QWEN2_7B, Layout
+from helpers.config.shape import ModelShape
+from helpers.cost.activations import layer_activations
 from helpers.cost.memory import (
     MemoryBreakdown,
     estimate,
-    layer_activations,
     model_states,
     seed_estimate_memory,
     seed_omissions,
@@ -19,8 +21,9 @@ GB = 1e9
 def test_zero_paper_figure_1(stage, published):
     """ZeRO paper (Rajbhandari et al. 2020) Fig. 1: Ψ = 7.5 B, K = 12, N_d = 64, GB = 1e9.
 
-    Hand arithmetic: 16·7.5 = 120; 4·7.5 + 12·7.5/64 = 30 + 1.41 = 31.4; 2·7.5 + 14·7.5/64 = 15 + 1.64
-    = 16.6; 16·7.5/64 = 1.875 → 1.9 (the paper rounds to one decimal).
+    Hand arithmetic: 16·7.5 = 120; 4·7.5 + 12·7.5/64 = 30 + 1.41 = 31.4;
+    2·7.5 + 14·7.5/64 = 15 + 1.64 = 16.6; 16·7.5/64 = 1.875 → 1.9 (the paper rounds to one
+    decimal).
     """
     assert round(sum(model_states(7.5e9, "bf16", stage, dp=64)) / GB, 1) == published
     assert round(estimate(7.5e9, dp=64, zero_stage=stage).gb(), 1) == published

@@ -5,7 +5,8 @@ import itertools
 import pytest
 from colossalai.cluster import ProcessGroupMesh
 
-from helpers.parallel.mesh import AXES, RankMesh
+from helpers.parallel.mesh import RankMesh
+from helpers.parallel.vocab import AXES
 
 
 def test_groups_of_dp2_pp2_tp2_match_the_known_layout():

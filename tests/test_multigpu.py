@@ -8,15 +8,18 @@ from inspect import signature
 
 import pytest
 
-from helpers.record import ch02 as mg
+from helpers.record import ch02 as mg, ch02_runs as mr
 from helpers.chapters import ch02_combining as show
 from helpers.record import results
-from helpers.demos import ch05_train, ch09_hybrid, ch09_mixtral
-from helpers.parallel.layouts import Layout, ModelShape, violations
+from helpers.train import benchmark as ch09_hybrid
+from helpers.train import moe_plugin as ch09_mixtral
+from helpers.train import run_config as ch05_train
+from helpers.parallel.layouts import Layout, violations
+from helpers.config.shape import ModelShape
 
 
 def parsed(run, quick=False):
-    args = mg.demo_args(run, quick)
+    args = mr.demo_args(run, quick)
     if run.demo == "ch09_hybrid":
         return ch09_hybrid.parser().parse_args(args)
     if run.demo == "ch09_mixtral":
@@ -25,22 +28,22 @@ def parsed(run, quick=False):
 
 
 def test_runs_are_the_issues_layouts_with_unique_keys():
-    assert len(set(mg.KEYS)) == len(mg.RUNS)
-    assert {r.key for r in mg.RUNS if r.gpus == 4} == {
+    assert len(set(mr.KEYS)) == len(mr.RUNS)
+    assert {r.key for r in mr.RUNS if r.gpus == 4} == {
         "tp2_pp2",
         "tp2_dp2_zero1",
         "sp2_dp2",
         "ep2_dp2",
     }
-    assert {"dp2_pp2_tp2", "kill_resume_dp4_tp2"} <= {r.key for r in mg.RUNS if r.gpus == 8}
-    assert all(r.gpus in (4, 8) for r in mg.RUNS)
+    assert {"dp2_pp2_tp2", "kill_resume_dp4_tp2"} <= {r.key for r in mr.RUNS if r.gpus == 8}
+    assert all(r.gpus in (4, 8) for r in mr.RUNS)
     with pytest.raises(ValueError, match="unknown run"):
-        mg.run_named("tp3")
+        mr.run_named("tp3")
 
 
 @pytest.mark.parametrize("quick", [False, True])
 def test_every_run_parses_with_its_demos_own_parser(quick):
-    for run in mg.RUNS:
+    for run in mr.RUNS:
         ns = parsed(run, quick)
         if run.demo == "ch09_hybrid" and not quick:  # Chapter 9's 2-GPU settings: the 0.54 B Llama
             assert (ns.preset, ns.batch, ns.seq, ns.steps, ns.ref_steps, ns.optim) == (
@@ -65,10 +68,10 @@ def test_hybrid_runs_use_the_flags_that_ran_on_two_h200():
         pytest.skip("no 2-GPU record")
     ran = [r["args"] for r in json.loads(path.read_text())["runs"] if r.get("ok")]
     flags_that_ran = {a for args in ran for a in args if a.startswith("--")}
-    for run in mg.RUNS:
+    for run in mr.RUNS:
         if run.demo == "ch09_hybrid":
-            full = mg.demo_args(run)
-            assert full[: len(mg.HYBRID_COMMON)] == ran[0][: len(mg.HYBRID_COMMON)]
+            full = mr.demo_args(run)
+            assert full[: len(mr.HYBRID_COMMON)] == ran[0][: len(mr.HYBRID_COMMON)]
             assert {a for a in run.args if a.startswith("--")} <= flags_that_ran
 
 
@@ -87,9 +90,9 @@ def hybrid_layout(run, ns) -> Layout:
 
 @pytest.mark.parametrize("quick", [False, True])
 def test_every_layout_divides_its_world_and_its_batch(quick):
-    for run in mg.RUNS:
+    for run in mr.RUNS:
         ns = parsed(run, quick)
-        planned = mg.planned_layout(run)
+        planned = mr.planned_layout(run)
         if run.demo == "ch09_hybrid":
             preset = ch09_hybrid.PRESETS[ns.preset]
             model = ModelShape(layers=preset["layers"], heads=preset["heads"], seq_len=ns.seq)
@@ -97,17 +100,19 @@ def test_every_layout_divides_its_world_and_its_batch(quick):
             assert violations(layout, model, global_batch=ns.batch) == [], run.key
             assert layout.world_size == run.gpus and layout.dp == planned["dp"], run.key
             assert ns.batch % layout.dp == 0
-            # the demo's own arithmetic: a data rank's batch, split into micro-batches, at least one per stage
+            # the demo's own arithmetic: a data rank's batch, split into micro-batches, at least
+            # one per stage
             local = ns.batch // (
                 run.gpus // (ns.tp * ns.pp * (ns.sp if ns.sp_mode == "all_to_all" else 1))
             )
             assert local * layout.dp == ns.batch and local // ns.mbs >= ns.pp
         elif run.demo == "ch09_mixtral":
-            # MoeHybridParallelPlugin: dp = world / (tp·pp); 'dp_size should be divisible by ep_size'
+            # MoeHybridParallelPlugin: dp = world / (tp·pp);
+            # 'dp_size should be divisible by ep_size'
             assert run.gpus % ns.ep == 0 and ns.experts % ns.ep == 0 and ns.batch % run.gpus == 0
             assert planned == {"dp": run.gpus, "ep": ns.ep, "moe_dp": run.gpus // ns.ep}
         else:
-            from helpers.config.schema import load_config
+            from helpers.config.loading import load_config
             from helpers.config.plugin import check_signature, plugin_spec
 
             cfg = load_config(ns.config).resolve(
@@ -117,18 +122,19 @@ def test_every_layout_divides_its_world_and_its_batch(quick):
             p = cfg.parallelism
             assert cfg.data_degree * p.tensor * p.pipeline == run.gpus
             assert planned == {"dp": cfg.data_degree, "pp": p.pipeline, "tp": p.tensor}
-            assert mg.KILL_RANK < run.gpus and cfg.train.steps > 5 and cfg.train.save_interval == 3
+            assert mr.KILL_RANK < run.gpus and cfg.train.steps > 5 and cfg.train.save_interval == 3
 
 
 def test_hybrid_plugin_kwargs_bind_to_the_plugins_signature(monkeypatch):
-    """The demo's make_plugin, fed each run's flags, calls HybridParallelPlugin with keywords it takes."""
+    """The demo's make_plugin, fed each run's flags, calls HybridParallelPlugin with keywords it
+    takes."""
     import colossalai.booster.plugin as plugins
 
-    from helpers.demos.ch01_hybrid import make_plugin
+    from helpers.train.plugin_step import make_plugin
 
     real, seen = plugins.HybridParallelPlugin, []
     monkeypatch.setattr(plugins, "HybridParallelPlugin", lambda **kw: seen.append(kw))
-    for run in mg.RUNS:
+    for run in mr.RUNS:
         if run.demo == "ch09_hybrid":
             ns = parsed(run)
             make_plugin(Namespace(**vars(ns), microbatches=4))
@@ -140,18 +146,18 @@ def test_hybrid_plugin_kwargs_bind_to_the_plugins_signature(monkeypatch):
 def test_a_small_machine_records_every_run_as_not_run_and_writes_nothing(tmp_path, monkeypatch):
     monkeypatch.setattr(results, "RESULTS_DIR", tmp_path)
     out = mg.record(save_results=True, gpus_here=2)
-    assert [r["name"] for r in out] == list(mg.KEYS)
-    for r, run in zip(out, mg.RUNS):
-        assert not r["ok"] and r["results"] == [] and not mg.attempted(r)
+    assert [r["name"] for r in out] == list(mr.KEYS)
+    for r, run in zip(out, mr.RUNS):
+        assert not r["ok"] and r["results"] == [] and not mr.attempted(r)
         assert r["error"] == f"skipped: needs {run.gpus} GPUs, this machine has 2"
     assert list(tmp_path.iterdir()) == []  # nothing misleading on disk
-    assert show.missing_runs() == list(mg.KEYS)
+    assert show.missing_runs() == list(mr.KEYS)
 
 
 def test_a_four_gpu_machine_tries_only_the_four_gpu_runs(tmp_path, monkeypatch):
     monkeypatch.setattr(results, "RESULTS_DIR", tmp_path)
     out = {r["name"]: r for r in mg.record(budget_s=0, gpus_here=4)}  # budget 0: nothing launches
-    for run in mg.RUNS:
+    for run in mr.RUNS:
         want = (
             "the recording's budget was spent"
             if run.gpus == 4
@@ -230,7 +236,7 @@ def test_a_launched_run_is_saved_with_provenance_and_kept_when_a_later_recording
     saved = json.loads(path.read_text())
     assert (
         saved["provenance"]["command"]
-        == "python -m helpers.record.ch02 --record --only tp2_pp2 tp2_dp2_zero1"
+        == "python -m helpers.record ch02 --record --only tp2_pp2 tp2_dp2_zero1"
     )
     assert [r["name"] for r in saved["runs"]] == ["tp2_pp2", "tp2_dp2_zero1"]
     assert (
@@ -250,7 +256,7 @@ def write_record(root, hardware, runs, date="2027-01-01 10:00 UTC"):
     prov = {
         "hardware": hardware,
         "date": date,
-        "command": "python -m helpers.record.ch02 --record",
+        "command": "python -m helpers.record ch02 --record",
         "git_commit": "abc",
         "versions": {
             "torch": "2.11",
@@ -264,13 +270,13 @@ def write_record(root, hardware, runs, date="2027-01-01 10:00 UTC"):
 
 def test_missing_runs_with_and_without_a_record(tmp_path, monkeypatch):
     monkeypatch.setattr(results, "RESULTS_DIR", tmp_path)
-    assert show.missing_runs() == list(mg.KEYS)
+    assert show.missing_runs() == list(mr.KEYS)
     assert (
-        "python -m helpers.record.ch02 --record --only tp2_pp2 tp2_dp2_zero1 sp2_dp2 ep2_dp2"
+        "python -m helpers.record ch02 --record --only tp2_pp2 tp2_dp2_zero1 sp2_dp2 ep2_dp2"
         in show.waiting()
     )
-    four = [r.key for r in mg.RUNS if r.gpus == 4]
-    eight = [r.key for r in mg.RUNS if r.gpus == 8]
+    four = [r.key for r in mr.RUNS if r.gpus == 4]
+    eight = [r.key for r in mr.RUNS if r.gpus == 8]
     runs = [
         {
             "name": k,
@@ -293,23 +299,23 @@ def test_missing_runs_with_and_without_a_record(tmp_path, monkeypatch):
     ]
     write_record(tmp_path, "4xNVIDIA-H200", runs)
     write_record(
-        tmp_path, "cpu", [{"name": k, "ok": True, "results": []} for k in mg.KEYS]
+        tmp_path, "cpu", [{"name": k, "ok": True, "results": []} for k in mr.KEYS]
     )  # never counts
     assert show.missing_runs() == eight
     assert show.missing_runs(include_failed=True) == [
-        k for k in mg.KEYS if k in {"ep2_dp2", *eight}
+        k for k in mr.KEYS if k in {"ep2_dp2", *eight}
     ]  # it failed
     text = show.waiting()
     assert "Launched but not ok (see the verdicts): ep2_dp2" in text
     assert (
         "4 GPUs" not in text
-        and f"python -m helpers.record.ch02 --record --only {' '.join(eight)}" in text
+        and f"python -m helpers.record ch02 --record --only {' '.join(eight)}" in text
     )
     rows = {r["run"]: r for r in show.summary_rows()}
-    assert rows[mg.run_named("ep2_dp2").title]["verdict"] == "NOT OK: failed: boom"
-    assert rows[mg.run_named("dp2_pp2_tp2").title]["verdict"] == "not run yet: needs 8 GPUs"
+    assert rows[mr.run_named("ep2_dp2").title]["verdict"] == "NOT OK: failed: boom"
+    assert rows[mr.run_named("dp2_pp2_tp2").title]["verdict"] == "not run yet: needs 8 GPUs"
     write_record(
-        tmp_path, "8xNVIDIA-H200", [{"name": k, "ok": True, "results": []} for k in mg.KEYS]
+        tmp_path, "8xNVIDIA-H200", [{"name": k, "ok": True, "results": []} for k in mr.KEYS]
     )
     assert show.missing_runs() == []  # the 8-GPU record's runs are later: they are the ones shown
     assert show.waiting().endswith("Every 4- and 8-GPU run is recorded.")
@@ -320,7 +326,7 @@ def test_summary_verdicts_of_synthetic_multi_rank_results(tmp_path, monkeypatch)
     three_d = {"dp": 2, "tp": 2, "pp": 2, "sp": 1}
     nan = float("nan")
     kr = {
-        "runs": [{"ok": True}, {"ok": False, "failed_rank": mg.KILL_RANK}, {"ok": True}],
+        "runs": [{"ok": True}, {"ok": False, "failed_rank": mr.KILL_RANK}, {"ok": True}],
         "max_loss_diff": 2e-4,
     }
     runs = [
@@ -372,7 +378,7 @@ def test_summary_verdicts_of_synthetic_multi_rank_results(tmp_path, monkeypatch)
     ]
     write_record(tmp_path, "8xNVIDIA-H200", runs)
     rows = {r["run"]: r for r in show.summary_rows()}
-    row = lambda key: rows[mg.run_named(key).title]  # noqa: E731
+    row = lambda key: rows[mr.run_named(key).title]  # noqa: E731
     assert row("dp2_pp2_tp2")["verdict"].startswith("ok: within 0.05")
     assert (
         row("dp2_pp2_tp2")["tokens/s"] == "90,000"
@@ -394,7 +400,7 @@ def test_summary_verdicts_of_synthetic_multi_rank_results(tmp_path, monkeypatch)
     assert row("kill_resume_dp4_tp2")["verdict"].startswith("ok: rank 6 killed at step 5")
     assert row("kill_resume_3d")["verdict"] == "not run yet: needs 8 GPUs"
     bad = {**kr, "max_loss_diff": 0.3}
-    assert not show.verdict(mg.run_named("kill_resume_3d"), {"ok": True, "kill_and_resume": bad})[
+    assert not show.verdict(mr.run_named("kill_resume_3d"), {"ok": True, "kill_and_resume": bad})[
         "valid"
     ]
 
@@ -402,7 +408,7 @@ def test_summary_verdicts_of_synthetic_multi_rank_results(tmp_path, monkeypatch)
 def test_kill_and_resume_run_on_two_cpu_ranks():
     """The recorder's wrapper around Chapter 5's kill-and-resume, end to end on gloo (2 ranks, the
     chapter's tiny config): the record's shape and its verdict, as the 8-GPU run will give them."""
-    run = mg.Run(
+    run = mr.Run(
         "cpu_dp2",
         "kill-and-resume, 2 CPU ranks",
         2,
@@ -432,11 +438,11 @@ def test_chapter_two_shows_the_record_and_quotes_the_recorders_rules():
         'show_table(rows, list(rows[0]), "ch02-multigpu")' in code
         and "multigpu_show.waiting()" in code
     )
-    assert f"within {mg.TOLERANCE} of it" in page and show.command_for(list(mg.KEYS)) in page
+    assert f"within {mr.TOLERANCE} of it" in page and show.command_for(list(mr.KEYS)) in page
     assert (
-        show.reference_tolerance(mg.run_named("sp2_dp2"), [10.6]) == mg.TOLERANCE + 1 / 16
+        show.reference_tolerance(mr.run_named("sp2_dp2"), [10.6]) == mr.TOLERANCE + 1 / 16
     )  # "one bf16 step"
-    assert show.reference_tolerance(mg.run_named("tp2_pp2"), [10.6]) == mg.TOLERANCE
+    assert show.reference_tolerance(mr.run_named("tp2_pp2"), [10.6]) == mr.TOLERANCE
 
 
 def test_the_recorder_keeps_nvlink_multicast_off_for_every_rank(tmp_path, monkeypatch):
@@ -460,7 +466,7 @@ def test_the_recorder_keeps_nvlink_multicast_off_for_every_rank(tmp_path, monkey
 def test_quick_four_gpu_layouts_train_like_their_reference():
     """The --quick path of the 4-GPU runs (tiny Llama, small Mixtral), not saved: each launches and
     its loss stays with its single-GPU reference."""
-    keys = [r.key for r in mg.RUNS if r.gpus == 4]
+    keys = [r.key for r in mr.RUNS if r.gpus == 4]
     for rec in mg.record(keys, quick=True):
-        v = show.verdict(mg.run_named(rec["name"]), rec)
+        v = show.verdict(mr.run_named(rec["name"]), rec)
         assert rec["ok"] and v["valid"], (rec["name"], v, rec.get("error", "")[-500:])

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import shlex
 import shutil
-import sys
 import time
 from pathlib import Path
 
@@ -18,8 +17,14 @@ import pytest
 
 from helpers.record import (
     ch07 as chapter07,
+    ch07_figures,
+    ch07_layouts,
+    ch07_tables,
+    ch07_world,
     ch09 as chapter09,
+    cli,
     flagship,
+    flagship_runs,
     runner as recorder,
     results,
 )
@@ -47,7 +52,8 @@ def _write(
 
 @pytest.fixture
 def tmp_results(tmp_path, monkeypatch):
-    """An empty results dir holding copies of the real 2-GPU records the side-by-side tables read."""
+    """An empty results dir holding copies of the real 2-GPU records the side-by-side tables
+    read."""
     monkeypatch.setattr(results, "RESULTS_DIR", tmp_path)
     (tmp_path / "2xNVIDIA-H200").mkdir()
     for name in ("ch07_memory", "ch09_resnet", "flagship", "flagship_h2h"):
@@ -87,7 +93,7 @@ def test_load_asks_for_a_gpu_count_or_a_hardware(tmp_path, monkeypatch):
 def test_the_books_readers_ask_for_two_gpus(tmp_results):
     from helpers.chapters import (
         ch08_troubleshooting as chapter08_show,
-        ch09_quick_demos as chapter09_show,
+        ch09_records as chapter09_show,
         ch08_flagship as flagship_show,
     )
 
@@ -98,7 +104,7 @@ def test_the_books_readers_ask_for_two_gpus(tmp_results):
     assert chapter09_show.recorded("resnet", gpus=1)["provenance"]["hardware"] == "1xNVIDIA-H200"
     assert flagship_show.recorded()["provenance"]["hardware"] == "2xNVIDIA-H200"
     assert flagship_show.recorded("flagship", gpus=1)["runs"] == []
-    assert "2xNVIDIA-H200" in chapter07.show_recorded()
+    assert "2xNVIDIA-H200" in ch07_tables.show_recorded()
     assert (
         results.load("ch07_memory")["provenance"]["hardware"] == "2xNVIDIA-H200"
     )  # notebooks' plain load()
@@ -137,7 +143,7 @@ def test_runs_that_need_more_gpus_are_recorded_as_not_run(monkeypatch):
         and out[1]["ok"] is False
         and out[1]["args"] == ["-b"]
     )
-    from helpers.chapters.ch09_quick_demos import run_status
+    from helpers.chapters.ch09_records import run_status
 
     assert run_status(out[1]) == "not run: needs 2 GPUs"
     skipped = recorder.run_part("t", "p", runs[:1], time.monotonic() + 5)
@@ -171,8 +177,8 @@ def _split(command: str) -> list[tuple[str, list[str]]]:
     out = []
     for part in line.split(" ; "):
         words = shlex.split(part)
-        assert words[:2] == ["python", "-m"]
-        out.append((words[2], words[3:]))
+        assert words[:3] == ["python", "-m", "helpers.record"]
+        out.append((words[3], words[4:]))
     return out
 
 
@@ -182,36 +188,25 @@ def test_device_command_parses_with_each_recorder_in_budget(monkeypatch):
         "source .gpu-kit/activate.sh && export BOOK_GIT_COMMIT=c0ffee && END=$(( $(date +%s) + "
     )
     steps = _split(command)
-    assert [m for m, _ in steps] == [
-        "helpers.record.ch09",
-        "helpers.record.flagship",
-        "helpers.record.ch07",
-    ]
+    assert [m for m, _ in steps] == ["ch09", "flagship", "ch07"]
     for module, argv in steps:
         assert (
             argv[0] == "--record" and argv[argv.index("--gpus") + 1] == "1" and "--budget_s" in argv
         )
         assert argv[-2:] == ["--copy_to", "$OUT"]
-    # each recorder's own parser takes its argv
+    # each recorder's command line takes its argv and hands the flags on to its recording
     got = {}
-    monkeypatch.setattr(sys, "argv", ["chapter09", *steps[0][1]])
-    results.recorder_main(
-        chapter09.__doc__,
-        "ch09",
-        chapter09.PARTS,
-        lambda *a, **k: got.update(ch09=(a, k)),
-        540,
-        gpus=chapter09.NPROC,
-    )
-    (parts, quick, budget, save_results, show), kw = got["ch09"]
-    assert (
-        parts == ["resnet"] and save_results and not quick and kw == {"gpus": 1, "copy_to": "$OUT"}
-    )
-    fl = flagship.parser().parse_args(steps[1][1])
+    monkeypatch.setattr(chapter09, "record", lambda *a, **k: got.update(ch09=(a, k)))
+    spec, args = cli.parse(*steps[0])
+    spec.record(args)
+    (parts, quick, budget, save_results, show, gpus, copy_to), kw = got["ch09"]
+    assert parts == ["resnet"] and save_results and not quick and (gpus, copy_to) == (1, "$OUT")
+    _, fl = cli.parse(*steps[1])
     assert fl.gpus == 1 and fl.record and not fl.head_to_head and fl.only is None
-    c7 = chapter07.parser().parse_args(steps[2][1])
+    _, c7 = cli.parse(*steps[2])
     assert c7.gpus == 1 and c7.record and c7.budget_s == 190 and not c7.only
-    # the budget arithmetic: ResNet's one run, the flagship's three, then Chapter 7 gets what is left
+    # the budget arithmetic: ResNet's one run, the flagship's three, then Chapter 7 gets what is
+    # left
     assert (
         chapter09.RESNET_S <= budget == chapter09.ONE_GPU_BUDGET_S and budget >= recorder.MIN_LEFT_S
     )
@@ -227,7 +222,7 @@ def test_device_command_parses_with_each_recorder_in_budget(monkeypatch):
 
 
 def test_resnet_one_gpu_list_parses_and_runs_only_the_one_gpu_run(tmp_path, monkeypatch):
-    from helpers.demos.ch09_resnet_train import parser
+    from helpers.train.resnet import parser
 
     runs = chapter09.run_list("resnet", gpus=1)
     assert [g for _, _, g, _, _ in runs] == [1, 2, 2, 2, 2]
@@ -266,7 +261,7 @@ def test_resnet_one_gpu_list_parses_and_runs_only_the_one_gpu_run(tmp_path, monk
 
 
 def test_resnet_side_by_side(tmp_results):
-    from helpers.chapters import ch09_quick_demos as show
+    from helpers.chapters import ch09_resnet as show
 
     rows = show.resnet_world_rows()
     assert len(rows) == 5 and all(
@@ -300,11 +295,11 @@ def test_resnet_side_by_side(tmp_results):
 
 
 def test_world_one_layouts_parse_and_make_sense():
-    from helpers.demos.ch07_memory import parser
+    from helpers.train.layout_step import parser
     from helpers.config.layout import TrainLayout
     from helpers.cost.memory_llama import predict
 
-    names, skipped = chapter07.layouts_for(1)
+    names, skipped = ch07_layouts.layouts_for(1)
     assert set(skipped) == {
         "TP=2 bf16",
         "TP=2 bf16 + recompute",
@@ -315,34 +310,36 @@ def test_world_one_layouts_parse_and_make_sense():
         skipped["TP=2 bf16"] == "needs 2 GPUs (tp·pp = 2)"
         and "ZeRO-2 bf16" in skipped["ZeRO-1 bf16"]
     )
-    assert len(names) + len(skipped) == len(chapter07.LAYOUTS) and len(set(names)) == len(names)
-    assert chapter07.layouts_for(2) == ([x.name for x in chapter07.LAYOUTS], {})
+    assert len(names) + len(skipped) == len(ch07_layouts.LAYOUTS) and len(set(names)) == len(names)
+    assert ch07_layouts.layouts_for(2) == ([x.name for x in ch07_layouts.LAYOUTS], {})
     for name in names:
-        layout = chapter07.layout_named(name, 1)
+        layout = ch07_layouts.layout_named(name, 1)
         ns = parser().parse_args(layout.to_args())
         assert TrainLayout.from_namespace(ns) == layout and ns.world == 1 and layout.dp == 1
         p = predict(layout, 0)
         assert 0 < p["peak"] < 140 * 2**30 and p["rank"] == 0
     # one rank holds every shard: the model's ZeRO-1 and ZeRO-2 are the same layout there
-    z1, z2 = (predict(chapter07.layout_named(n, 1))["peak"] for n in ("ZeRO-1 bf16", "ZeRO-2 bf16"))
+    z1, z2 = (
+        predict(ch07_layouts.layout_named(n, 1))["peak"] for n in ("ZeRO-1 bf16", "ZeRO-2 bf16")
+    )
     assert (
-        z1 == z2 > predict(chapter07.layout_named("ZeRO-2 bf16", 2))["peak"]
+        z1 == z2 > predict(ch07_layouts.layout_named("ZeRO-2 bf16", 2))["peak"]
     )  # two ranks share the states
     # the budget: the techniques come first, and the device call's least share starts at least five
-    techniques = [n for n in chapter07.TECHNIQUES if n in names]
+    techniques = [n for n in ch07_layouts.TECHNIQUES if n in names]
     assert names[: len(techniques)] == sorted(techniques, key=names.index) and set(
         names[:7]
     ) == set(techniques)
     assert len(chapter07.within(names, chapter07.ONE_GPU_BUDGET_S)) >= 5
     with pytest.raises(ValueError, match="does not run at world size 1"):
-        chapter07.plan(1, only=["TP=2 bf16"])
-    assert chapter07.plan(1, quick=True)[0] == ["DDP fp32", "ZeRO-2 bf16"]
+        ch07_layouts.plan(1, only=["TP=2 bf16"])
+    assert ch07_layouts.plan(1, quick=True)[0] == ["DDP fp32", "ZeRO-2 bf16"]
 
 
 def _ch07_run(name: str, world: int, scale: float = 1.0) -> dict:
     from helpers.cost.memory_llama import predict
 
-    layout = chapter07.layout_named(name, world)
+    layout = ch07_layouts.layout_named(name, world)
     ranks = [
         {
             "rank": r,
@@ -360,11 +357,12 @@ def _ch07_run(name: str, world: int, scale: float = 1.0) -> dict:
 
 
 def test_ch07_side_by_side_predicts_world_one(tmp_results):
-    rows = {r["layout"]: r for r in chapter07.world_rows()}
-    assert len(rows) == len(chapter07.LAYOUTS)
+    rows = {r["layout"]: r for r in ch07_world.world_rows()}
+    assert len(rows) == len(ch07_layouts.LAYOUTS)
     ddp = rows["DDP fp32"]
     assert ddp["1×H200 measured GiB"] == "not recorded yet on 1×H200" and "--gpus 1" in ddp["note"]
-    # DDP replicates everything, its gradient buckets too (measured on one H200): one peak at any world size
+    # DDP replicates everything, its gradient buckets too (measured on one H200): one peak at any
+    # world size
     assert (
         ddp["2×H200 measured GiB"] == "14.93"
         and ddp["1×H200 predicted GiB"] == ddp["2×H200 predicted GiB"]
@@ -375,7 +373,7 @@ def test_ch07_side_by_side_predicts_world_one(tmp_results):
     )  # nothing to shard over
     assert rows["TP=2 bf16"]["1×H200 predicted GiB"] == "—"
     assert "nothing sharded at world 1" in rows["ZeRO-2 bf16"]["note"]
-    assert "not recorded yet" in chapter07.one_gpu_status()
+    assert "not recorded yet" in ch07_world.one_gpu_status()
     runs = [
         _ch07_run("DDP fp32", 1, 1.1),
         _ch07_run("ZeRO-2 bf16", 1),
@@ -386,9 +384,9 @@ def test_ch07_side_by_side_predicts_world_one(tmp_results):
             "error": "skipped: the recording's budget was spent",
         },
     ]
-    runs = chapter07._with_not_run(runs, chapter07.layouts_for(1)[1], 1)
+    runs = chapter07._with_not_run(runs, ch07_layouts.layouts_for(1)[1], 1)
     _write(tmp_results, "1xNVIDIA-H200", "ch07_memory", runs)
-    rows = {r["layout"]: r for r in chapter07.world_rows()}
+    rows = {r["layout"]: r for r in ch07_world.world_rows()}
     ddp = rows["DDP fp32"]
     assert (
         ddp["1×H200 error %"] == f"{100 * (1 / 1.1 - 1):+.1f}"
@@ -413,20 +411,20 @@ def test_ch07_side_by_side_predicts_world_one(tmp_results):
     )
     assert rows["ZeRO-2 bf16, micro-batch 8"]["1×H200 measured GiB"] == "not in the 1×H200 record"
     one = results.load("ch07_memory", gpus=1)
-    table = chapter07.table_rows(one["runs"])
+    table = ch07_tables.table_rows(one["runs"])
     assert table[2]["measured MiB"] == "not run" and [r["layout"] for r in table][:2] == [
         "DDP fp32",
         "ZeRO-2 bf16",
     ]
-    assert [r["layout"] for r in chapter07.technique_rows(one)] == ["DDP fp32", "ZeRO-2 bf16"]
-    assert chapter07.recorded_layouts(one)["ZeRO-2 bf16"].world == 1
-    chapter07.technique_figure(one)  # the breakdown predicted at world 1
+    assert [r["layout"] for r in ch07_tables.technique_rows(one)] == ["DDP fp32", "ZeRO-2 bf16"]
+    assert ch07_tables.recorded_layouts(one)["ZeRO-2 bf16"].world == 1
+    ch07_figures.technique_figure(one)  # the breakdown predicted at world 1
     from helpers.cost.memory_llama import predict
 
-    failed = chapter07.summary({"name": "DDP fp32", "world": 1, "error": "boom"})
-    assert failed["predicted"] == predict(chapter07.layout_named("DDP fp32", 1))["peak"]
+    failed = ch07_tables.summary({"name": "DDP fp32", "world": 1, "error": "boom"})
+    assert failed["predicted"] == predict(ch07_layouts.layout_named("DDP fp32", 1))["peak"]
     assert (
-        chapter07.summary({"name": "TP=2 bf16", "world": 1, "not_run": "x", "error": "x"})[
+        ch07_tables.summary({"name": "TP=2 bf16", "world": 1, "not_run": "x", "error": "x"})[
             "predicted"
         ]
         is None
@@ -437,22 +435,22 @@ def test_ch07_side_by_side_predicts_world_one(tmp_results):
 
 
 def test_flagship_one_gpu_list_parses_within_its_budget():
-    from helpers.demos.ch08_train import parser
-    from helpers.chapters.ch08_flagship import STEPS
+    from helpers.train.framework_run import parser
+    from helpers.chapters.ch08_tuning import STEPS
 
-    runs = flagship.run_list(gpus=1)
-    assert [n for n, _, _ in runs] == [n for n, _, _ in flagship.WORLD1_RUNS]
-    two_names = {n for n, _ in flagship.RUNS}
-    for (name, args, timeout_s), (_, _, beside) in zip(runs, flagship.WORLD1_RUNS):
+    runs = flagship_runs.run_list(gpus=1)
+    assert [n for n, _, _ in runs] == [n for n, _, _ in flagship_runs.WORLD1_RUNS]
+    two_names = {n for n, _ in flagship_runs.RUNS}
+    for (name, args, timeout_s), (_, _, beside) in zip(runs, flagship_runs.WORLD1_RUNS):
         ns = parser().parse_args(args)
         assert ns.seq == 2048 and ns.precision == "bf16" and ns.layers == 16 and ns.hidden == 2048
         assert (
-            ns.fail_on_divergence == flagship.LOSS_TOLERANCE
+            ns.fail_on_divergence == flagship_runs.LOSS_TOLERANCE
             and ns.ref_steps >= 3
             and ns.warmup >= 3
         )
         assert "overlap_allgather=True" not in (ns.plugin_kw or []) and beside in two_names | set(
-            flagship.HEAD_TO_HEAD
+            flagship_runs.HEAD_TO_HEAD
         )
     frameworks = {parser().parse_args(a).framework: parser().parse_args(a) for _, a, _ in runs}
     assert set(frameworks) == {"fsdp2", "colossal"}
@@ -468,23 +466,23 @@ def test_flagship_one_gpu_list_parses_within_its_budget():
     t = 0.0
     for _, args, _ in runs:
         left = flagship.ONE_GPU_BUDGET_S - t
-        assert left >= max(recorder.MIN_LEFT_S, flagship.estimate_s(args))
-        t += flagship.estimate_s(args)
+        assert left >= max(recorder.MIN_LEFT_S, flagship_runs.estimate_s(args))
+        t += flagship_runs.estimate_s(args)
     with pytest.raises(ValueError, match="at --gpus 1"):
-        flagship.run_list(gpus=1, only=["FSDP2, eager"])
-    assert flagship.run_list(gpus=1, quick=True)[0][0].endswith("(tiny)")
+        flagship_runs.run_list(gpus=1, only=["FSDP2, eager"])
+    assert flagship_runs.run_list(gpus=1, quick=True)[0][0].endswith("(tiny)")
     assert all(
         parser().parse_args(a).framework == "fsdp2"
-        for _, a, _ in flagship.run_list(gpus=1, cpu=True)
+        for _, a, _ in flagship_runs.run_list(gpus=1, cpu=True)
     )
     assert STEPS  # unchanged tuning story
 
 
 def test_flagship_side_by_side(tmp_results):
-    from helpers.chapters import ch08_flagship as show
+    from helpers.chapters import ch08_one_gpu as show
 
     rows = show.world_rows()
-    assert len(rows) == 2 * len(flagship.WORLD1_RUNS) and set().union(*rows) <= set(
+    assert len(rows) == 2 * len(flagship_runs.WORLD1_RUNS) and set().union(*rows) <= set(
         show.WORLD_COLUMNS
     )
     assert [r["box"] for r in rows] == ["2×H200", "1×H200"] * 3
@@ -503,7 +501,7 @@ def test_flagship_side_by_side(tmp_results):
     one_runs = [
         {**base, "gpus": 1, "results": res},
         {
-            "name": flagship.WORLD1_RUNS[1][0],
+            "name": flagship_runs.WORLD1_RUNS[1][0],
             "ok": False,
             "error": "Traceback\nRuntimeError: boom",
             "results": [],

@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from helpers.record import ch07 as chapter07
-from helpers.chapters import ch09_quick_demos as show
+from helpers.record import ch07_tables, ch07_world
+from helpers.chapters.ch09_resnet import resnet_world_rows
 from helpers.record.results import find
 
 BOOK = Path(__file__).resolve().parent.parent / "book"
@@ -16,13 +16,13 @@ ONE_9, TWO_9 = find("ch09_resnet", gpus=1), find("ch09_resnet", gpus=2)
 @pytest.mark.skipif(ONE_7 is None or TWO_7 is None, reason="no one-GPU Chapter 7 record")
 def test_chapter7_quotes_the_one_gpu_record():
     page = (BOOK / "07_memory.md").read_text()
-    rows = {r["layout"]: r for r in chapter07.world_rows(ONE_7, TWO_7)}
+    rows = {r["layout"]: r for r in ch07_world.world_rows(ONE_7, TWO_7)}
     measured = {k: r for k, r in rows.items() if r["1×H200 error %"] != "—"}
     assert set(measured) == {"DDP fp32", "DDP bf16 (Hybrid tp=1)", "ZeRO-2 bf16"}
     for r in measured.values():
         assert f"{r['1×H200 measured GiB']} GiB" in page
         assert abs(float(r["1×H200 error %"])) <= 0.6
-    ddp = chapter07.summary(next(x for x in ONE_7["runs"] if x["name"] == "DDP fp32"))
+    ddp = ch07_tables.summary(next(x for x in ONE_7["runs"] if x["name"] == "DDP fp32"))
     assert f"{-ddp['error_pct_at_recording']:.1f} % more than predicted" in page
     z1, z2 = (float(rows["ZeRO-2 bf16"][f"{b} measured GiB"]) for b in ("1×H200", "2×H200"))
     assert f"{z1 - z2:.2f} GiB more than on two GPUs" in page
@@ -31,7 +31,7 @@ def test_chapter7_quotes_the_one_gpu_record():
 @pytest.mark.skipif(ONE_9 is None or TWO_9 is None, reason="no one-GPU Chapter 9 record")
 def test_chapter9_quotes_the_one_gpu_record():
     page = (BOOK / "09_quick_demos.md").read_text()
-    [row] = [r for r in show.resnet_world_rows(ONE_9, TWO_9) if r["run"].startswith("1 GPU")]
+    [row] = [r for r in resnet_world_rows(ONE_9, TWO_9) if r["run"].startswith("1 GPU")]
     one, two = (float(row[f"{b} test accuracy"].rstrip(" %")) for b in ("1×H200", "2×H200"))
     assert f"{one:.2f} %" in page and f"{two:.2f} %" in page
     assert (

@@ -1,4 +1,5 @@
-"""helpers.cost.planner: the seed's recommend reproduced, the planner's enumeration, memory filter and time model."""
+"""helpers.cost.planner: the seed's recommend reproduced, the planner's enumeration, memory
+filter and time model."""
 
 from dataclasses import replace
 
@@ -7,7 +8,8 @@ import pytest
 from helpers.cost import planner
 from helpers.parallel.layouts import Layout
 from helpers.parallel.pp import bubble_fraction
-from helpers.cost.planner import LLAMA2_70B, SEED_7B5, VALIDATION_0B5, Hardware, plan, plan_layout
+from helpers.cost.planner import LLAMA2_70B, SEED_7B5, VALIDATION_0B5, plan
+from helpers.cost.step_time import Hardware, plan_layout
 
 
 def test_seed_report_reproduces_the_seed_output():
@@ -56,8 +58,9 @@ def test_tiers_tensor_parallel_across_nodes_uses_the_network():
 
 
 def test_seed_score_misleads():
-    """The seed's first choice needs 120 GB per GPU by its own estimate; the planner runs it with ZeRO-1,
-    and still ranks another layout first (DP's gradient all-reduce crosses nodes: the score counts it as 0)."""
+    """The seed's first choice needs 120 GB per GPU by its own estimate; the planner runs it with
+    ZeRO-1, and still ranks another layout first (DP's gradient all-reduce crosses nodes: the
+    score counts it as 0)."""
     rows = planner.seed_vs_planner()
     first = rows[0]
     assert (

@@ -1,7 +1,8 @@
 """Chapter 10's pitfalls and Chapter 11's question bank: counts, answers, links, pages.
 
 * the bank has at least 60 questions, 25 of them numeric, every level and chapter known, ids unique;
-* every stored numeric answer is graded right by the helper that computes it, and a wrong one is not;
+* every stored numeric answer is graded right by the helper that computes it, and a wrong one is
+  not;
 * every link target exists: the chapter page, and the section heading (exactly once) it points to;
 * the quiz widget grades a typed answer;
 * at least 15 pitfalls, each demonstrated and corrected (``holds``), each glued on the page.
@@ -118,8 +119,8 @@ def _glossary_entries() -> list[tuple[list[str], str]]:
         lines = block.splitlines()
         entries.append(
             (
-                [l for l in lines if not l.startswith("  ")],
-                " ".join(l for l in lines if l.startswith("  ")),
+                [ln for ln in lines if not ln.startswith("  ")],
+                " ".join(ln for ln in lines if ln.startswith("  ")),
             )
         )
     return entries

@@ -141,8 +141,9 @@ def test_chapter_page_has_its_notebook_or_is_a_stub(page: Path):
     notebook = ROOT / "notebooks" / f"{page.stem}.ipynb"
     if not notebook.exists():
         assert _is_stub(page), (
-            f"{page.relative_to(ROOT)} has no notebooks/{page.stem}.ipynb; if it has none on purpose, "
-            "mark it with a line '% stub', front matter 'notebook: none' or a note 'This chapter is an outline'"
+            f"{page.relative_to(ROOT)} has no notebooks/{page.stem}.ipynb; "
+            "if it has none on purpose, mark it with a line '% stub', "
+            "front matter 'notebook: none' or a note 'This chapter is an outline'"
         )
         return
     parents = _toc_files()

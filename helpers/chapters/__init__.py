@@ -1,4 +1,9 @@
-"""The glue each notebook calls, named like the notebooks: ch02_combining, ch05_launch,
-ch08_troubleshooting, ch08_figures, ch08_flagship, ch09_quick_demos, ch10_pitfalls, ch10_runs,
-ch11_interview, ch11_concepts, ch11_numeric.
+"""The glue each notebook calls, one module per idea, named like the notebooks.
+
+Chapter 2: ch02_combining. Chapter 5: ch05_launch. Chapter 8: ch08_troubleshooting, ch08_figures,
+ch08_flagship, ch08_tuning, ch08_one_gpu. Chapter 9: ch09_records, ch09_resnet, ch09_hybrid_layouts,
+ch09_nan_study, ch09_moe, ch09_sequence_parallel, ch09_legacy_launch. Chapter 10: ch10_pitfalls,
+ch10_shown, ch10_costs, ch10_layout_rules, ch10_data_parallel, ch10_runs. Chapter 11:
+ch11_interview, ch11_numeric_dimensions, ch11_numeric_costs, ch11_concepts_dimensions,
+ch11_concepts_planning, ch11_concepts_systems.
 """

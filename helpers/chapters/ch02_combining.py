@@ -1,9 +1,11 @@
-"""The 4- and 8-GPU record, read back (Chapter 2, "On 4 and 8 GPUs"; :mod:`helpers.record.ch02` records it).
+"""The 4- and 8-GPU record, read back (Chapter 2, "On 4 and 8 GPUs"; :mod:`helpers.record.ch02`
+records it).
 
 Reads every ``results/<hardware>/multigpu.json`` (not 'cpu'): :func:`missing_runs` names the runs no
 machine has launched yet, :func:`waiting` says which machine each waits for and the command,
-:func:`verdict` judges a run's losses against its reference (:func:`helpers.record.runner.loss_verdict`;
-the uninterrupted run for kill-and-resume) and :func:`summary_rows` gives the chapter's table.
+:func:`verdict` judges a run's losses against its reference
+(:func:`helpers.record.runner.loss_verdict`; the uninterrupted run for kill-and-resume) and
+:func:`summary_rows` gives the chapter's table.
 """
 
 from __future__ import annotations
@@ -11,8 +13,9 @@ from __future__ import annotations
 import json
 import math
 
+from helpers.parallel.vocab import AXES
 from helpers.record import results
-from helpers.record.ch02 import (
+from helpers.record.ch02_runs import (
     KEYS,
     KILL_RANK,
     NAME,
@@ -47,7 +50,8 @@ def recorded_runs(name: str = NAME) -> dict[str, tuple[dict, dict]]:
 
 def missing_runs(name: str = NAME, include_failed: bool = False) -> list[str]:
     """The keys of the runs that no record under results/ has launched yet, in RUNS order; with
-    ``include_failed``, also those whose latest launch failed or gave a wrong loss (:func:`verdict`)."""
+    ``include_failed``, also those whose latest launch failed or gave a wrong loss
+    (:func:`verdict`)."""
     done = recorded_runs(name)
     return [
         k
@@ -58,13 +62,14 @@ def missing_runs(name: str = NAME, include_failed: bool = False) -> list[str]:
 
 def command_for(keys: list[str]) -> str:
     """The recorder's command for these runs (every run: no --only)."""
-    return "python -m helpers.record.ch02 --record" + (
+    return "python -m helpers.record ch02 --record" + (
         "" if set(keys) >= set(KEYS) else " --only " + " ".join(keys)
     )
 
 
 def waiting(name: str = NAME) -> str:
-    """Which runs wait for which machine, and the command for each machine; computed from the records."""
+    """Which runs wait for which machine, and the command for each machine; computed from the
+    records."""
     missing = [run_named(k) for k in missing_runs(name)]
     failed = [
         k for k in missing_runs(name, include_failed=True) if k not in {r.key for r in missing}
@@ -85,14 +90,16 @@ def waiting(name: str = NAME) -> str:
 
 def reference_tolerance(run: Run, reference: list[float]) -> float:
     """TOLERANCE, plus one bf16 step at the loss for Ulysses: its loss comes back as a bf16 number
-    (multiples of 1/16 between 8 and 16; Chapter 9 measured a 0.064 gap on 2 GPUs for that reason)."""
+    (multiples of 1/16 between 8 and 16; Chapter 9 measured a 0.064 gap on 2 GPUs for that
+    reason)."""
     if "all_to_all" not in run.args or not reference:
         return TOLERANCE
     return TOLERANCE + 2.0 ** (math.floor(math.log2(max(reference))) - 7)
 
 
 def verdict(run: Run, rec: dict | None) -> dict:
-    """{'valid': True/False/None, 'reason', 'max_ref_gap'} of one recorded run (None: not run yet)."""
+    """{'valid': True/False/None, 'reason', 'max_ref_gap'} of one recorded run (None: not run
+    yet)."""
     if rec is None or not attempted(rec):
         reason = (rec or {}).get("error", "").removeprefix("skipped: ") or f"needs {run.gpus} GPUs"
         return {"valid": None, "reason": f"not run yet: {reason}", "max_ref_gap": None}
@@ -135,8 +142,8 @@ def _last_line(text: str | None) -> str:
 
 
 def layout_text(run: Run, rec: dict | None) -> str:
-    """The layout the ranks reported (dp/pp/tp/sp of the hybrid mesh, ep × moe_dp of the MoE plugin);
-    the planned one (:func:`planned_layout`) when no rank reported."""
+    """The layout the ranks reported (dp/pp/tp/sp of the hybrid mesh, ep × moe_dp of the MoE
+    plugin); the planned one (:func:`planned_layout`) when no rank reported."""
     res = [r for r in (rec or {}).get("results", []) if "layout" in r or "ep" in r]
     sizes = (
         (res[0]["layout"] if "layout" in res[0] else {k: res[0][k] for k in ("dp", "ep", "moe_dp")})
@@ -145,16 +152,14 @@ def layout_text(run: Run, rec: dict | None) -> str:
     )
     if "ep" in sizes:
         return f"ep={sizes['ep']} × moe_dp={sizes['moe_dp']} (dense layers: dp={sizes['dp']})"
-    return (
-        " × ".join(f"{k}={sizes[k]}" for k in ("dp", "pp", "tp", "sp") if sizes.get(k, 1) > 1)
-        or "1 GPU"
-    )
+    return " × ".join(f"{k}={sizes[k]}" for k in AXES if sizes.get(k, 1) > 1) or "1 GPU"
 
 
 def summary_rows(name: str = NAME) -> list[dict]:
     """One row per run of RUNS: layout, GPUs, tokens/s (slowest rank), MFU, largest loss gap to the
-    reference (the uninterrupted run for kill-and-resume) and the verdict; blanks for runs not run."""
-    from helpers.chapters.ch09_quick_demos import mfu_of, slowest
+    reference (the uninterrupted run for kill-and-resume) and the verdict; blanks for runs not
+    run."""
+    from helpers.chapters.ch09_hybrid_layouts import mfu_of, slowest
 
     done, rows = recorded_runs(name), []
     for run in RUNS:

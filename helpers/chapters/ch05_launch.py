@@ -1,9 +1,10 @@
-"""Chapter 5 (launching and resuming): plugin choice, data, and the notebook's comparisons.
+"""Chapter 5 (launching and resuming): data, the checkpointed layout, and the notebook's
+comparisons.
 
-Inside a rank (``helpers.demos.ch05_train``): :func:`build_plugin` turns a validated
-:class:`helpers.config.schema.TrainConfig` into a Colossal-AI plugin and Booster arguments, and
-:class:`ProgressionDataset` is the data set whose position a checkpoint records. In the notebook:
-:func:`losses_from_lines` reads the per-step losses a (possibly killed) run reported,
+Inside a rank (``helpers.demos.ch05_train``, whose plugin comes from
+:func:`helpers.config.plugin.build_plugin`): :class:`ProgressionDataset` is the data set whose
+position a checkpoint records, and :func:`layout_of` what the checkpoint says about the layout. In
+the notebook: :func:`losses_from_lines` reads the per-step losses a (possibly killed) run reported,
 :func:`compare_final_weights` compares two runs' last checkpoints tensor by tensor, and
 :func:`hostfile_commands` spells out what ``colossalai run --hostfile`` starts on each node.
 """
@@ -18,46 +19,10 @@ from torch.utils.data import Dataset
 
 from helpers.run.env import RESULT_PREFIX
 
-CPU_ONLY_DP = (
-    "Colossal-AI 0.5.0 runs only data parallelism (TorchDDPPlugin, fp32) on the CPU: "
-    "HybridParallelPlugin's tensor/pipeline/sequence axes fail there (CpuAccelerator.get_rng_state, "
-    "upstream issue #5211, then torch.cuda calls), ZeRO needs a device and fp16/bf16 mixed precision "
-    "needs CUDA. Run this config on a machine with {need} CUDA GPUs, or on the CPU set tensor, "
-    "pipeline and sequence to 1, zero_stage to 0 and precision to fp32."
-)
-
-
-def build_plugin(cfg, device: torch.device, bucket_cap_mb: float | None = None):
-    """(plugin, Booster kwargs, spec) for this config, chosen by Chapter 4's
-    :func:`helpers.config.plugin.plugin_spec`: TorchDDPPlugin for pure data parallelism,
-    HybridParallelPlugin when tensor/pipeline/sequence > 1, LowLevelZero/Gemini for ZeRO.
-
-    On the CPU anything but TorchDDPPlugin in fp32 raises a RuntimeError that says why and what
-    to change, before Colossal-AI fails somewhere deep inside a rank. ``bucket_cap_mb`` sets DDP's
-    gradient bucket size (torch's default, 25 MB, holds the whole tiny model in one bucket).
-    """
-    from helpers.config.plugin import plugin_class, plugin_spec
-
-    spec = plugin_spec(cfg)
-    if device.type != "cuda" and (
-        spec.plugin != "TorchDDPPlugin" or spec.booster_kwargs.get("mixed_precision")
-    ):
-        p = cfg.parallelism
-        layout = (
-            f"tensor={p.tensor}, pipeline={p.pipeline}, sequence={p.sequence}, zero_stage={p.zero_stage}, "
-            f"precision={cfg.train.precision} -> {spec.plugin}"
-        )
-        raise RuntimeError(
-            f"this config ({layout}) needs GPUs. " + CPU_ONLY_DP.format(need=cfg.world_size())
-        )
-    kwargs = dict(spec.kwargs)
-    if spec.plugin == "TorchDDPPlugin" and bucket_cap_mb is not None:
-        kwargs["bucket_cap_mb"] = bucket_cap_mb
-    return plugin_class(spec.plugin)(**kwargs), dict(spec.booster_kwargs), spec
-
 
 class ProgressionDataset(Dataset):
-    """``size`` fixed sequences (arithmetic progressions mod vocab, :func:`helpers.models.llama.token_batch`).
+    """``size`` fixed sequences (arithmetic progressions mod vocab,
+    :func:`helpers.models.llama.token_batch`).
 
     A fixed, finite data set, so that a run passes through epochs and its position in the data
     (epoch, batch within the epoch) is something a checkpoint has to record.
@@ -94,7 +59,8 @@ def layout_of(cfg, world_size: int) -> dict:
 
 
 def losses_from_lines(lines: list[str]) -> dict[int, float]:
-    """{step: loss} from a rank's output lines (``RESULT {"step": k, "loss": x}``), also of a killed run."""
+    """{step: loss} from a rank's output lines (``RESULT {"step": k, "loss": x}``), also of a
+    killed run."""
     out = {}
     for line in lines:
         if line.startswith(RESULT_PREFIX):
@@ -105,8 +71,9 @@ def losses_from_lines(lines: list[str]) -> dict[int, float]:
 
 
 def compare_final_weights(a: str | Path, b: str | Path) -> dict:
-    """Two checkpoints' weights: tensors compared, max |difference|, and whether the digests match."""
-    from helpers.train.checkpoint import full_weights, max_param_diff, params_digest
+    """Two checkpoints' weights: tensors compared, max |difference|, and whether the digests
+    match."""
+    from helpers.train.weights import full_weights, max_param_diff, params_digest
 
     sa, sb = full_weights(a), full_weights(b)
     return {
@@ -136,8 +103,9 @@ def hostfile_commands(
     args: list[str] = (),
     master_port: int = 29500,
 ) -> list[tuple[str, str]]:
-    """(host, command) pairs: what ``colossalai run --hostfile FILE --nproc_per_node N -m MODULE ARGS``
-    runs on each host, built by Colossal-AI's own ``get_launch_command`` (0.5.0).
+    """(host, command) pairs: what
+    ``colossalai run --hostfile FILE --nproc_per_node N -m MODULE ARGS`` runs on each host, built
+    by Colossal-AI's own ``get_launch_command`` (0.5.0).
 
     With more than one host the first becomes ``--master_addr``; node ranks follow the file's
     order. The launcher runs each command over ssh (fabric) in the current directory, after

@@ -1,9 +1,11 @@
 """Figures of Chapters 6 and 8's recorded GPU runs (``helpers.record.ch08``): the framework
-comparison, the one-knob-at-a-time tuning with each rank's profiler split, and the out-of-memory lab.
+comparison, the one-knob-at-a-time tuning with each rank's profiler split, and the out-of-memory
+lab.
 
 Used by ``notebooks/06_frameworks.ipynb`` and ``notebooks/08_troubleshooting.ipynb``; every bar is a
-number of the record, read through :func:`helpers.chapters.ch08_troubleshooting.point`. A run whose loss is not
-valid (:func:`helpers.chapters.ch08_troubleshooting.loss_verdict`) is drawn hatched and grey: its speed does not count.
+number of the record, read through :func:`helpers.chapters.ch08_troubleshooting.point`. A run whose
+loss is not valid (:func:`helpers.chapters.ch08_troubleshooting.loss_verdict`) is drawn hatched and
+grey: its speed does not count.
 """
 
 from __future__ import annotations

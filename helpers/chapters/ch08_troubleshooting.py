@@ -13,17 +13,17 @@ from __future__ import annotations
 import math
 
 from helpers.cost.comm import NOMINAL_LINKS, ops_time, tp_layer_ops
-from helpers.demos.ch09_hybrid import PEAK_FLOPS
+from helpers.cost.mfu import H200_BF16_PEAK as PEAK_FLOPS
 from helpers.record.runner import loss_verdict, mean_losses
 
-RECORD_COMMAND = "python -m helpers.record.ch08 --record --parts {part}"
+RECORD_COMMAND = "python -m helpers.record ch08 --record --only {part}"
 
 
 def recorded(part: str, gpus: int = 2) -> dict | None:
     """The newest GPU record ``ch08_<part>`` made on ``gpus`` GPUs (the chapter's two), or None."""
-    from helpers.record.results import find
+    from helpers.record.results import recorded as find_record
 
-    return find(f"ch08_{part}", gpus=gpus)
+    return find_record("ch08", part, gpus=gpus)
 
 
 def missing(part: str) -> str:
@@ -38,8 +38,9 @@ def _runs(record: dict) -> list[dict]:
 
 
 def point(run: dict) -> dict:
-    """The numbers of one recorded run: rank 0's throughput and MFU, the peak over ranks, each rank's
-    profile, the loss verdict; ``oom`` when a rank ran out of memory, ``failed`` when it did not run."""
+    """The numbers of one recorded run: rank 0's throughput and MFU, the peak over ranks, each
+    rank's profile, the loss verdict; ``oom`` when a rank ran out of memory, ``failed`` when it did
+    not run."""
     res = run.get("results", [])
     if not res:
         return {"name": run["name"], "failed": True, "error": (run.get("error") or "").strip()}
@@ -107,13 +108,14 @@ def rows(part: str) -> list[dict]:
 
 # -- Chapter 6: Gemini's NaN and its asynchronous gradient reduce ---------------------------------
 def first_nonfinite_step(losses: list[float]) -> int | None:
-    """The 1-based step of the first loss that is missing or not finite; None when all are finite."""
+    """The 1-based step of the first loss that is missing or not finite; None when all are
+    finite."""
     return next((k + 1 for k, x in enumerate(losses) if x is None or not math.isfinite(x)), None)
 
 
 def async_reduce(run: dict) -> bool:
-    """Whether a Gemini run kept its asynchronous gradient reduce-scatter: the recorded plugin kwargs'
-    ``enable_async_reduce``, else GeminiPlugin's default (True in Colossal-AI 0.5.0)."""
+    """Whether a Gemini run kept its asynchronous gradient reduce-scatter: the recorded plugin
+    kwargs' ``enable_async_reduce``, else GeminiPlugin's default (True in Colossal-AI 0.5.0)."""
     return next(
         (
             r["plugin_kw"]["enable_async_reduce"]
@@ -125,17 +127,17 @@ def async_reduce(run: dict) -> bool:
 
 
 def gemini_points() -> dict[bool, dict]:
-    """Chapter 6: :func:`point` of each run of part ``gemini`` (the 0.94 B Llama under Gemini with the
-    asynchronous gradient reduce on, the default, and off), keyed by ``enable_async_reduce``; {} when
-    not recorded."""
+    """Chapter 6: :func:`point` of each run of part ``gemini`` (the 0.94 B Llama under Gemini with
+    the asynchronous gradient reduce on, the default, and off), keyed by ``enable_async_reduce``; {}
+    when not recorded."""
     record = recorded("gemini")
     return {} if record is None else {async_reduce(run): point(run) for run in _runs(record)}
 
 
 def gemini_rows() -> list[dict]:
     """One row per Gemini run of part ``gemini``: tokens/s and MFU (rank 0), the mean loss of the
-    first three steps against the single-GPU reference, the first step whose mean loss is not finite,
-    and :func:`loss_verdict`."""
+    first three steps against the single-GPU reference, the first step whose mean loss is not
+    finite, and :func:`loss_verdict`."""
     record = recorded("gemini")
     out = []
     for run in [] if record is None else _runs(record):
@@ -169,7 +171,8 @@ def gemini_rows() -> list[dict]:
 
 
 def info(part: str) -> dict:
-    """The recorder's notes for a part (DeepSpeed importable; the OOM cap and predictions), or {}."""
+    """The recorder's notes for a part (DeepSpeed importable; the OOM cap and predictions), or
+    {}."""
     record = recorded(part)
     return {} if record is None else next((r["info"] for r in record["runs"] if "info" in r), {})
 
@@ -179,7 +182,8 @@ def oom_info() -> dict | None:
 
 
 def profile_rows(part: str) -> list[dict]:
-    """Per run and rank: compute, communication and exposed communication (ms per step) and the share."""
+    """Per run and rank: compute, communication and exposed communication (ms per step) and the
+    share."""
     out = []
     for p in points(part):
         for rank, q in enumerate(p.get("profiles") or []):
@@ -198,7 +202,8 @@ def profile_rows(part: str) -> list[dict]:
 
 
 def oom_rows() -> list[dict]:
-    """The OOM lab: predicted peak (Chapter 7's model), measured peak, the cap, the outcome, throughput."""
+    """The OOM lab: predicted peak (Chapter 7's model), measured peak, the cap, the outcome,
+    throughput."""
     cap, predicted = oom_info()["cap_gib"], oom_info()["predicted_peak_gib"]
     out = []
     for p in points("oom"):

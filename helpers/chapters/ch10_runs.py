@@ -1,7 +1,8 @@
 """Chapter 10's pitfalls that run something: torchrun ranks, Colossal-AI code, a training loop.
 
-Companion of :mod:`helpers.chapters.ch10_pitfalls` (same :class:`~helpers.chapters.ch10_pitfalls.Shown` contract). All run on
-the CPU in a few seconds each:
+Listed in :mod:`helpers.chapters.ch10_pitfalls`; each returns a
+:class:`~helpers.chapters.ch10_shown.Shown`, like the in-process demos. All run on the CPU in a few
+seconds each:
 
 * ``loss_on_first_stage`` launches ``helpers.demos.ch10_pp_loss`` on 2 gloo ranks;
 * ``gpt2_mask_not_causal`` calls Colossal-AI 0.5.0's GPT-2 mask builder
@@ -12,7 +13,7 @@ the CPU in a few seconds each:
 * ``resume_without_rng`` trains a small dropout model with a shuffled sampler and resumes it twice;
 * ``orphaned_workers`` shows ``subprocess.run(timeout=...)`` leaving a grandchild alive
   (known-facts: torchrun's workers), and a killed process group leaving none;
-* ``stale_kernel_lock`` runs Chapter 8's lab (:func:`helpers.demos.ch08_kernel_lock.reproduce`):
+* ``stale_kernel_lock`` runs Chapter 8's lab (:func:`helpers.train.kernel_lock_lab.reproduce`):
   torch's kernel-build lock (torch/utils/cpp_extension.py:2345, file_baton.py:34-63) left by a
   SIGKILLed build, the next run waiting on it silently, :func:`helpers.run.kernels.clear_stale`.
 """
@@ -32,10 +33,11 @@ import torch
 from torch import nn
 
 from helpers.record import results
+from helpers.record.ch01 import layout_result
 from helpers.train.checkpoint import DataPosition, ResumableSampler, rng_state, set_rng_state
 from helpers.run.launch import launch
 from helpers.notebook.measured import approx_list
-from helpers.chapters.ch10_pitfalls import Shown
+from helpers.chapters.ch10_shown import Shown
 
 
 def loss_on_first_stage() -> Shown:
@@ -44,7 +46,8 @@ def loss_on_first_stage() -> Shown:
     )
     first, last = ranks[0], ranks[-1]
     return Shown(
-        wrong=f"outputs['loss'] on stage 0: {first['local_loss']}; on the last stage: {last['local_loss']}",
+        wrong=f"outputs['loss'] on stage 0: {first['local_loss']}; on the last stage: "
+        f"{last['local_loss']}",
         fixed=f"broadcast from the last stage: every rank logs {first['broadcast_loss']} "
         f"(single-process reference {first['reference_loss']})",
         holds=first["local_loss"] is None
@@ -84,11 +87,11 @@ def gpt2_mask_not_causal(seq: int = 6) -> Shown:
         )
         causal = (attn(x)[0][:, 0] - attn(y)[0][:, 0]).abs().max().item()
     return Shown(
-        wrong=f"Colossal-AI's GPT-2 mask without flash attention has shape {tuple(mask.shape)} (padding only); "
-        f"transformers' sdpa then sets is_causal=False: position 0 moves by {leak:.2e} when only "
-        f"token {seq - 1} changes — the model reads the future",
-        fixed=f"a causal mask (no padding mask, or enable_flash_attention=True, which builds is_causal=True): "
-        f"position 0 moves by {causal:.1e}",
+        wrong=f"Colossal-AI's GPT-2 mask without flash attention has shape {tuple(mask.shape)} "
+        "(padding only); transformers' sdpa then sets is_causal=False: position 0 moves by "
+        f"{leak:.2e} when only token {seq - 1} changes — the model reads the future",
+        fixed="a causal mask (no padding mask, or enable_flash_attention=True, which builds "
+        f"is_causal=True): position 0 moves by {causal:.1e}",
         holds=leak > 1e-6 and causal == 0.0,
     )
 
@@ -114,13 +117,15 @@ def all_to_all_unsupported() -> Shown:
         refused = None
     except AssertionError as err:
         refused = str(err)
-    runs = {r["name"]: r for r in results.load("ch01_hybrid")["runs"]}
+    runs = {r["name"]: layout_result(r) for r in results.load("ch01_hybrid")["runs"]}
     trap, good = runs["TRAP sp=2 all_to_all, sdpa"], runs["sp=2 all_to_all (Ulysses)"]
     return Shown(
-        wrong=f"GPT-2 policy: AssertionError '{refused}'. Llama with sdpa attention under all_to_all (recorded on "
-        f"2×H200): loss off the single-GPU reference by up to {trap['max_diff']:.2f}",
-        fixed=f"a model whose policy supports the mode (Llama), built with attn_implementation='eager' so that "
-        f"transformers passes an explicit causal mask: largest difference {good['max_diff']:.1e}",
+        wrong=f"GPT-2 policy: AssertionError '{refused}'. Llama with sdpa attention under "
+        "all_to_all (recorded on 2×H200): loss off the single-GPU reference by up to "
+        f"{trap['max_diff']:.2f}",
+        fixed="a model whose policy supports the mode (Llama), built with "
+        "attn_implementation='eager' so that transformers passes an explicit causal mask: "
+        f"largest difference {good['max_diff']:.1e}",
         holds=refused is not None and trap["max_diff"] > 0.5 and good["max_diff"] < 1e-2,
     )
 
@@ -137,7 +142,8 @@ class _Dropout(nn.Module):
 def _train(
     steps: int, start: dict | None = None, restore_rng: bool = True, batch: int = 4
 ) -> tuple[list[float], dict]:
-    """Train from scratch (``start`` None) or from a saved state; return losses and the state at the end."""
+    """Train from scratch (``start`` None) or from a saved state; return losses and the state at the
+    end."""
     g = torch.Generator().manual_seed(0)
     data = torch.randn(64, 9, generator=g)  # 8 features + target
     torch.manual_seed(0)
@@ -180,10 +186,11 @@ def resume_without_rng(steps: int = 6, stop: int = 3) -> Shown:
     bare, _ = _train(steps - stop, saved, restore_rng=False)
     exact, _ = _train(steps - stop, saved, restore_rng=True)
     return Shown(
-        wrong=f"uninterrupted losses after step {stop}: {approx_list(full[stop:])}; resumed from weights and "
-        f"optimizer only: {approx_list(bare)} (other dropout masks, the epoch's first batches again)",
-        fixed=f"also restoring RNG states and the data position (helpers.train.checkpoint): {approx_list(exact)}, "
-        f"equal to the uninterrupted run's: {exact == full[stop:]}",
+        wrong=f"uninterrupted losses after step {stop}: {approx_list(full[stop:])}; resumed from "
+        f"weights and optimizer only: {approx_list(bare)} (other dropout masks, the epoch's first "
+        "batches again)",
+        fixed="also restoring RNG states and the data position (helpers.train.checkpoint): "
+        f"{approx_list(exact)}, equal to the uninterrupted run's: {exact == full[stop:]}",
         holds=bare != full[stop:] and exact == full[stop:],
     )
 
@@ -235,25 +242,29 @@ def orphaned_workers() -> Shown:
     left2 = _alive(worker2)
     return Shown(
         wrong=f"parent killed, its worker still alive: {left}",
-        fixed=f"started with start_new_session=True and killed with os.killpg: worker alive: {left2}",
+        fixed="started with start_new_session=True and killed with os.killpg: worker alive: "
+        f"{left2}",
         holds=left and not left2,
     )
 
 
 def stale_kernel_lock(timeout_s: float = 3.0) -> Shown:
-    """A kernel build killed midway; the next run waits on its lock (Chapter 8's lab, in-process)."""
-    from helpers.demos.ch08_kernel_lock import KERNEL, reproduce
+    """A kernel build killed midway; the next run waits on its lock (Chapter 8's lab,
+    in-process)."""
+    from helpers.train.kernel_lock_lab import KERNEL, reproduce
 
     r = reproduce(timeout_s=timeout_s, clear=True, echo=None)
     return Shown(
-        wrong=f"run 1 was SIGKILLed while it built {KERNEL} (as a launch timeout kills a rank): lock file "
-        f"left behind: {r['lock_left']}. Run 2 printed '[extension] Compiling the JIT {KERNEL} kernel "
-        f"during runtime now' and then nothing until its {timeout_s:g} s timeout "
-        f"(silent: {r['run2_silent']}): torch's FileBaton.wait() sleeps while the file exists, with no "
-        f"message and no time limit (torch/utils/file_baton.py:49, called at cpp_extension.py:2400)",
-        fixed=f"helpers.run.kernels.clear_stale removed {r['removed']} lock with no live holder (and kept it while "
-        f"run 1 lived and had it open: {r['kept_while_held']}); run 3 then built and exited with code "
-        f"{r['run3_exit']}. On a GPU machine, `make kernels` builds once, printing its progress",
+        wrong=f"run 1 was SIGKILLed while it built {KERNEL} (as a launch timeout kills a rank): "
+        f"lock file left behind: {r['lock_left']}. Run 2 printed '[extension] Compiling the JIT "
+        f"{KERNEL} kernel during runtime now' and then nothing until its {timeout_s:g} s timeout "
+        f"(silent: {r['run2_silent']}): torch's FileBaton.wait() sleeps while the file exists, "
+        "with no message and no time limit (torch/utils/file_baton.py:49, called at "
+        "cpp_extension.py:2400)",
+        fixed=f"helpers.run.kernels.clear_stale removed {r['removed']} lock with no live holder "
+        f"(and kept it while run 1 lived and had it open: {r['kept_while_held']}); run 3 then "
+        f"built and exited with code {r['run3_exit']}. On a GPU machine, `make kernels` builds "
+        "once, printing its progress",
         holds=r["lock_left"]
         and r["run2_silent"]
         and r["kept_while_held"]

@@ -1,12 +1,15 @@
 """Chapter 11's interview questions: the bank's record type, grading, rendering and the quiz widget.
 
 Used by ``notebooks/11_interview.ipynb`` and ``tests/test_quiz.py``. The questions themselves are
-data in :mod:`helpers.chapters.ch11_numeric` (computed answers) and :mod:`helpers.chapters.ch11_concepts` (worked
-answers in prose). A numeric question carries
+data: computed answers in :mod:`helpers.chapters.ch11_numeric_dimensions` and
+:mod:`helpers.chapters.ch11_numeric_costs`, worked answers in prose in
+:mod:`helpers.chapters.ch11_concepts_dimensions`, :mod:`helpers.chapters.ch11_concepts_planning`
+and :mod:`helpers.chapters.ch11_concepts_systems`. A numeric question carries
 
 * ``reference``: a function that computes the answer with the helper the book uses for it
-  (``helpers.parallel.layouts.data_degree``, ``helpers.parallel.pp.bubble_fraction``, ``helpers.cost.memory``,
-  ``helpers.cost.comm``, ``helpers.cost.mfu`` ...), so the answer is never typed twice;
+  (``helpers.parallel.layouts.data_degree``, ``helpers.parallel.pp.bubble_fraction``,
+  ``helpers.cost.memory``, ``helpers.cost.comm``, ``helpers.cost.mfu`` ...), so the answer is never
+  typed twice;
 * ``stored``: the answer key as printed in the bank, checked against ``reference`` by the tests;
 * ``rel_tol``: how close a reader's answer must be (relative, default 2 %).
 
@@ -70,8 +73,9 @@ class Question:
         return math.isclose(float(given), self.value(), rel_tol=self.rel_tol, abs_tol=1e-12)
 
     def href(self) -> str:
-        """Link to the explaining section, valid from book/ and notebooks/ alike (the page alone where
-        docutils, part of the book's toolchain, is not installed: a GPU box with notebook tools only)."""
+        """Link to the explaining section, valid from book/ and notebooks/ alike (the page alone
+        where docutils, part of the book's toolchain, is not installed: a GPU box with notebook
+        tools only)."""
         try:
             from docutils.nodes import make_id  # the anchor Sphinx gives a heading
         except ImportError:
@@ -82,12 +86,25 @@ class Question:
 
 def bank() -> list[Question]:
     """Every question, ordered by chapter, then level."""
-    from helpers.chapters.ch11_concepts import CONCEPTS
-    from helpers.chapters.ch11_numeric import NUMERIC
+    from helpers.chapters import (
+        ch11_concepts_dimensions,
+        ch11_concepts_planning,
+        ch11_concepts_systems,
+        ch11_numeric_costs,
+        ch11_numeric_dimensions,
+    )
 
+    parts = (
+        ch11_numeric_dimensions,
+        ch11_numeric_costs,
+        ch11_concepts_dimensions,
+        ch11_concepts_planning,
+        ch11_concepts_systems,
+    )
     order = list(CHAPTERS)
     return sorted(
-        NUMERIC + CONCEPTS, key=lambda q: (order.index(q.chapter), LEVELS.index(q.level), q.id)
+        (q for part in parts for q in part.QUESTIONS),
+        key=lambda q: (order.index(q.chapter), LEVELS.index(q.level), q.id),
     )
 
 
@@ -143,7 +160,8 @@ def show_chapter(chapter: str) -> None:
 
 
 def quiz_widget():
-    """Pick a numeric question, type an answer, press "check": right or wrong, then the worked answer."""
+    """Pick a numeric question, type an answer, press "check": right or wrong, then the worked
+    answer."""
     import ipywidgets as w
 
     numeric = [q for q in bank() if q.numeric]

@@ -2,10 +2,11 @@
 
 Used by the Chapter 7 memory demo (``helpers/demos/ch07_memory.py``), its recorder
 (``helpers/record/ch07.py``) and the memory model (``helpers/cost/memory_llama.py``). A
-:class:`TrainLayout` says which plugin trains the model and how (precision, ZeRO stage, tensor and
-pipeline degrees, recomputation, offload); :func:`plugin_spec` turns it into the Colossal-AI
-constructor and keyword arguments, checked without a GPU by binding them to the constructor's
-signature (tests/test_ch07_memory.py), so a layout that could not be built is caught on the CPU.
+:class:`TrainLayout` says which plugin trains the model (a Llama-style
+:class:`helpers.config.shape.ModelShape`) and how (precision, ZeRO stage, tensor and pipeline
+degrees, recomputation, offload); :func:`plugin_spec` turns it into the Colossal-AI constructor and
+keyword arguments, checked without a GPU by binding them to the constructor's signature
+(tests/test_ch07_memory.py), so a layout that could not be built is caught on the CPU.
 
 Plugins (Colossal-AI 0.5.0, ``colossalai/booster/plugin``): ``ddp`` TorchDDPPlugin (fp32 only
 here), ``hybrid`` HybridParallelPlugin (tp, pp with 1F1B, bf16 mixed precision, ZeRO 0/1),
@@ -17,7 +18,9 @@ the optimizer states to the CPU).
 from __future__ import annotations
 
 import argparse
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, fields
+
+from helpers.config.shape import ModelShape
 
 PLUGINS = {
     "ddp": "TorchDDPPlugin",
@@ -27,43 +30,13 @@ PLUGINS = {
 }
 
 
-@dataclass(frozen=True)
-class LlamaShape:
-    """The Llama of Chapter 7's measurements (helpers.models.llama.llama_config arguments).
-
-    24 layers of width 1024 with a 32K vocabulary: about 0.37 B parameters, so that the model
-    states (6–7 GB in fp32 Adam) and the activations (several GB at 4 × 1024 tokens) are both
-    plainly visible on an H200, and a step takes milliseconds.
-    """
-
-    layers: int = 24
-    hidden: int = 1024
-    heads: int = 16
-    kv_heads: int = 16
-    vocab: int = 32000
-
-    @property
-    def ffn(self) -> int:
-        """SwiGLU width as tinyllama builds it: 8h/3 rounded up to a multiple of 64."""
-        return (8 * self.hidden // 3 + 63) // 64 * 64
-
-    def config(self, attn: str = "sdpa", max_seq: int = 4096):
-        from helpers.models.llama import llama_config
-
-        return llama_config(
-            layers=self.layers,
-            hidden=self.hidden,
-            heads=self.heads,
-            kv_heads=self.kv_heads,
-            vocab=self.vocab,
-            max_seq=max_seq,
-            attn=attn,
-        )
-
-
-CPU_SHAPE = LlamaShape(
-    layers=2, hidden=64, heads=4, kv_heads=4, vocab=256
-)  # the gloo path of the demo
+# the Llama of Chapter 7's measurements: 24 layers of width 1024 with a 32K vocabulary, about 0.37 B
+# parameters, so that the model states (6–7 GB in fp32 Adam) and the activations (several GB at
+# 4 × 1024 tokens) are both plainly visible on an H200, and a step takes milliseconds
+CH07_SHAPE = ModelShape.llama(layers=24, hidden=1024, heads=16, kv_heads=16, vocab=32000)
+CPU_SHAPE = ModelShape.llama(layers=2, hidden=64, heads=4, kv_heads=4, vocab=256)  # the gloo path
+# the shape's command-line flags (ffn: default 8h/3 rounded up to 64, as helpers.models.llama)
+SHAPE_FLAGS = ("layers", "hidden", "heads", "kv_heads", "vocab", "ffn")
 
 
 @dataclass(frozen=True)
@@ -84,7 +57,7 @@ class TrainLayout:
     placement: str = "static"  # Gemini only
     attn: str = "sdpa"
     world: int = 2
-    shape: LlamaShape = field(default_factory=LlamaShape)
+    shape: ModelShape = CH07_SHAPE
 
     def __post_init__(self):
         if self.plugin not in PLUGINS:
@@ -119,7 +92,7 @@ class TrainLayout:
         for f in fields(self):
             value = getattr(self, f.name)
             if f.name == "shape":
-                out += [x for k, v in asdict(value).items() for x in (f"--{k}", str(v))]
+                out += [x for k in SHAPE_FLAGS for x in (f"--{k}", str(getattr(value, k)))]
             elif isinstance(value, bool):
                 out += [f"--{f.name}"] if value else []
             else:
@@ -132,8 +105,10 @@ class TrainLayout:
         for f in fields(cls):
             value = getattr(default, f.name)
             if f.name == "shape":
-                for k, v in asdict(value).items():
-                    parser.add_argument(f"--{k}", type=int, default=v)
+                for k in SHAPE_FLAGS:
+                    parser.add_argument(
+                        f"--{k}", type=int, default=None if k == "ffn" else getattr(value, k)
+                    )
             elif isinstance(value, bool):
                 parser.add_argument(f"--{f.name}", action="store_true")
             else:
@@ -141,7 +116,7 @@ class TrainLayout:
 
     @classmethod
     def from_namespace(cls, ns: argparse.Namespace) -> "TrainLayout":
-        shape = LlamaShape(**{k: getattr(ns, k) for k in asdict(LlamaShape())})
+        shape = ModelShape.llama(**{k: getattr(ns, k) for k in SHAPE_FLAGS})
         return cls(
             **{f.name: getattr(ns, f.name) for f in fields(cls) if f.name != "shape"}, shape=shape
         )
@@ -149,11 +124,8 @@ class TrainLayout:
     @classmethod
     def from_dict(cls, d: dict) -> "TrainLayout":
         d = dict(d)
-        d["shape"] = (
-            LlamaShape(**d["shape"])
-            if isinstance(d.get("shape"), dict)
-            else d.get("shape", LlamaShape())
-        )
+        shape = d.get("shape", CH07_SHAPE)  # a dict: a recorded layout (ffn absent in old records)
+        d["shape"] = ModelShape.llama(**shape) if isinstance(shape, dict) else shape
         return cls(**d)
 
 

@@ -1,40 +1,30 @@
 """Legacy Colossal-AI ``config.py`` files → the YAML/dict format of :mod:`helpers.config.schema`.
 
-Used by Chapter 4. Before the Booster/plugin API, Colossal-AI's engine (today the deprecated
-``colossalai.legacy`` package, still shipped in 0.5.0) read a Python file with module-level
-names such as::
+Used by Chapter 4 ("Migrating a legacy ``config.py``"). Before the Booster/plugin API,
+Colossal-AI's engine (today the deprecated ``colossalai.legacy`` package, still shipped in 0.5.0)
+read a Python file with module-level names such as::
 
     parallel = dict(pipeline=2, tensor=dict(size=2, mode="1d"))
     fp16 = dict(mode=AMP_TYPE.NAIVE)
     gradient_handler = [dict(type="SequenceParallelGradientHandler")]
     NUM_MICRO_BATCHES = 4
 
-Colossal-AI's own loader (``colossalai.context.Config.from_file``) imports the file, i.e. runs
-it. Here the file is parsed with :mod:`ast` and never executed: only literals, ``dict(...)``, names
-assigned earlier, ``AMP_TYPE.X`` and arithmetic are evaluated; imports are skipped and anything
-else is reported, not run. :func:`migrate_legacy` returns the new-format dict and one note per
-legacy entry saying what it became or why it no longer exists.
+The file is read by :func:`helpers.config.legacy_reader.parse_legacy`, which never executes it.
+:func:`migrate_legacy` returns the new-format dict and one note per legacy entry saying what it
+became or why it no longer exists.
 """
 
 from __future__ import annotations
 
-import ast
-import operator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from helpers.config.schema import ConfigError, TrainConfig, load_config
+from helpers.config.errors import ConfigError
+from helpers.config.legacy_reader import evaluated, parse_legacy
+from helpers.config.loading import load_config
+from helpers.config.schema import TrainConfig
+from helpers.parallel.vocab import OWN_AXIS_SP_MODES, SpMode
 
-_OPS = {
-    ast.Add: operator.add,
-    ast.Sub: operator.sub,
-    ast.Mult: operator.mul,
-    ast.Div: operator.truediv,
-    ast.FloorDiv: operator.floordiv,
-    ast.Mod: operator.mod,
-    ast.Pow: operator.pow,
-}
 REMOVED_TENSOR_MODES = {
     "2d": "2D tensor parallelism (SUMMA, Xu et al. 2021)",
     "2.5d": "2.5D tensor parallelism (Wang et al. 2021)",
@@ -69,105 +59,6 @@ _AMP = {
 }
 
 
-@dataclass(frozen=True)
-class Opaque:
-    """An expression the safe evaluator does not evaluate (a call, a comprehension, ...)."""
-
-    source: str
-    line: int
-
-
-class _Evaluator:
-    def __init__(self, text: str):
-        self.text, self.names = text, {}
-
-    def expr(self, node: ast.AST) -> Any:
-        if isinstance(node, ast.Constant):
-            return node.value
-        if isinstance(node, ast.Name):
-            if node.id in self.names:
-                return self.names[node.id]
-            if node.id in ("True", "False", "None"):
-                return {"True": True, "False": False, "None": None}[node.id]
-            return Opaque(node.id, node.lineno)
-        if (
-            isinstance(node, ast.Attribute)
-            and isinstance(node.value, ast.Name)
-            and node.value.id == "AMP_TYPE"
-        ):
-            return f"AMP_TYPE.{node.attr}"
-        if isinstance(node, (ast.List, ast.Tuple)):
-            return [self.expr(e) for e in node.elts]
-        if isinstance(node, ast.Dict) and None not in node.keys:
-            return {self.expr(k): self.expr(v) for k, v in zip(node.keys, node.values)}
-        if (
-            isinstance(node, ast.Call)
-            and isinstance(node.func, ast.Name)
-            and node.func.id == "dict"
-            and not node.args
-            and all(k.arg for k in node.keywords)
-        ):
-            return {k.arg: self.expr(k.value) for k in node.keywords}
-        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
-            v = self.expr(node.operand)
-            return -v if isinstance(v, (int, float)) else Opaque(ast.unparse(node), node.lineno)
-        if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
-            a, b = self.expr(node.left), self.expr(node.right)
-            if all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in (a, b)):
-                return _OPS[type(node.op)](a, b)
-        return Opaque(ast.unparse(node), node.lineno)
-
-
-def parse_legacy(source: str | Path) -> tuple[dict[str, Any], list[str]]:
-    """Module-level names of a legacy config (path or text), evaluated safely, and skip notes."""
-    text = (
-        Path(source).read_text()
-        if isinstance(source, Path)
-        or (isinstance(source, str) and "\n" not in source and source.endswith(".py"))
-        else source
-    )
-    try:
-        tree = ast.parse(text)
-    except SyntaxError as e:
-        raise ConfigError(
-            f"legacy config line {e.lineno}: Python syntax error ({e.msg}); fix the file first",
-            "legacy",
-            e.lineno,
-        ) from None
-    ev, skipped = _Evaluator(text), []
-    for stmt in tree.body:
-        if isinstance(stmt, (ast.Import, ast.ImportFrom)):
-            continue
-        if (
-            isinstance(stmt, ast.Assign)
-            and len(stmt.targets) == 1
-            and isinstance(stmt.targets[0], ast.Name)
-        ):
-            ev.names[stmt.targets[0].id] = ev.expr(stmt.value)
-        elif not (
-            isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant)
-        ):  # docstrings are fine
-            skipped.append(
-                f"line {stmt.lineno}: `{ast.unparse(stmt).splitlines()[0]}` skipped (the file is "
-                "parsed, never executed)"
-            )
-    return ev.names, skipped
-
-
-def _plain(name: str, value: Any) -> Any:
-    """A value the migration uses must have been evaluated: an Opaque one is an error, not a guess."""
-    if isinstance(value, Opaque):
-        raise ConfigError(
-            f"{name} = {value.source} (line {value.line}): cannot be evaluated without running the "
-            "file, which migration never does; write the number itself",
-            name,
-            value.source,
-        )
-    if isinstance(value, dict):
-        return {k: _plain(f"{name}.{k}", v) for k, v in value.items()}
-    return value
-
-
 def _size(value: Any, what: str) -> int:
     if isinstance(value, dict):
         value = value.get("size", 1)
@@ -183,7 +74,7 @@ def _size(value: Any, what: str) -> int:
 def migrate_legacy(
     source: str | Path,
     world_size: int | None = None,
-    sequence_mode: str = "all_to_all",
+    sequence_mode: SpMode = "all_to_all",
     extra: dict | None = None,
 ) -> tuple[dict, list[str]]:
     """(new-format dict, notes) for a legacy ``config.py`` given as a path or as text.
@@ -198,7 +89,7 @@ def migrate_legacy(
     par = {"data": "auto"}
     train: dict[str, Any] = {}
     model: dict[str, Any] = {}
-    legacy = _plain("parallel", names.pop("parallel", {}))
+    legacy = evaluated("parallel", names.pop("parallel", {}))
     if not isinstance(legacy, dict):
         raise ConfigError(
             f"parallel = {legacy!r}: expected dict(pipeline=..., tensor=dict(size=..., mode=...))",
@@ -226,7 +117,8 @@ def migrate_legacy(
         raise ConfigError(
             f"parallel.tensor.mode = {mode!r}: {REMOVED_TENSOR_MODES[mode]} has no plugin "
             "equivalent (it survives only in the deprecated colossalai.legacy engine; the Booster "
-            "plugins' shardformer does 1D, Megatron-style, tensor parallelism only); use mode '1d': "
+            "plugins' shardformer does 1D, Megatron-style, tensor parallelism only); "
+            "use mode '1d': "
             f"parallelism.tensor: {size}",
             "parallel.tensor.mode",
             mode,
@@ -235,7 +127,8 @@ def migrate_legacy(
         par.update(sequence=size, sequence_mode=sequence_mode)
         notes.append(
             f"parallel.tensor = dict(size={size}, mode='sequence') → parallelism.sequence: {size}, "
-            f"sequence_mode: {sequence_mode} (legacy 'sequence' was ring self-attention; its closest "
+            f"sequence_mode: {sequence_mode} (legacy 'sequence' was ring self-attention; "
+            "its closest "
             "successor is 'ring_attn', which needs flash-attn; 'all_to_all' splits the same axis "
             "and runs without it)"
         )
@@ -254,7 +147,7 @@ def migrate_legacy(
             "parallel.tensor.mode",
             mode,
         )
-    micro = _plain("NUM_MICRO_BATCHES", names.pop("NUM_MICRO_BATCHES", None))
+    micro = evaluated("NUM_MICRO_BATCHES", names.pop("NUM_MICRO_BATCHES", None))
     if micro is not None and par["pipeline"] > 1:
         par["microbatches"] = micro
         notes.append(f"NUM_MICRO_BATCHES = {micro} → parallelism.microbatches")
@@ -286,19 +179,21 @@ def migrate_legacy(
         )
         notes.append(
             f"gradient_handler = {kinds} dropped: gradient handlers belong to the legacy engine "
-            "(colossalai.legacy.engine); under the Booster the plugin synchronises gradients itself (DDP/ZeRO over the data group, and HybridParallelPlugin "
+            "(colossalai.legacy.engine); under the Booster the plugin synchronises gradients "
+            "itself (DDP/ZeRO over the data group, and HybridParallelPlugin "
             "all-reduces sequence-parallel gradients over the sp group)"
         )
     for name, key in _TRAIN_NAMES.items():
         if name in names:
-            train[key] = _plain(name, names.pop(name))
+            train[key] = evaluated(name, names.pop(name))
             notes.append(f"{name} = {train[key]!r} → train.{key}")
     if "BATCH_SIZE" in names:
-        per_rank = _plain("BATCH_SIZE", names.pop("BATCH_SIZE"))
+        per_rank = evaluated("BATCH_SIZE", names.pop("BATCH_SIZE"))
         if "batch_size" not in train:
             if world_size is None:
                 raise ConfigError(
-                    f"BATCH_SIZE = {per_rank!r}: legacy BATCH_SIZE is per data-parallel rank, so the "
+                    f"BATCH_SIZE = {per_rank!r}: legacy BATCH_SIZE is per data-parallel rank, "
+                    "so the "
                     "global batch depends on the world size; pass world_size=<processes> (or set "
                     "GLOBAL_BATCH_SIZE)",
                     "BATCH_SIZE",
@@ -307,7 +202,7 @@ def migrate_legacy(
             data = world_size // (
                 par.get("tensor", 1)
                 * par["pipeline"]
-                * (par.get("sequence", 1) if sequence_mode in ("all_to_all", "ring_attn") else 1)
+                * (par.get("sequence", 1) if sequence_mode in OWN_AXIS_SP_MODES else 1)
             )
             train["batch_size"] = per_rank * max(1, data)
             notes.append(
@@ -316,12 +211,13 @@ def migrate_legacy(
             )
     for name, key in _MODEL_NAMES.items():
         if name in names:
-            model[key] = _plain(name, names.pop(name))
+            model[key] = evaluated(name, names.pop(name))
             notes.append(f"{name} = {model[key]!r} → model.{key}")
     for name, value in names.items():
         if not name.startswith("_"):
             notes.append(
-                f"{name} dropped: not part of the training configuration (set it in the training script)"
+                f"{name} dropped: not part of the training configuration "
+                "(set it in the training script)"
             )
     new = {"parallelism": par, "train": train, **({"model": model} if model else {})}
     for section, values in (extra or {}).items():
@@ -332,7 +228,8 @@ def migrate_legacy(
 def migrate_to_config(
     source: str | Path, world_size: int | None = None, **kwargs
 ) -> tuple[TrainConfig, list[str]]:
-    """:func:`migrate_legacy` followed by :func:`~helpers.config.schema.load_config` (same errors)."""
+    """:func:`migrate_legacy` followed by :func:`~helpers.config.loading.load_config` (same
+    errors)."""
     new, notes = migrate_legacy(source, world_size=world_size, **kwargs)
     if "learning_rate" not in new["train"]:
         raise ConfigError(

@@ -1,9 +1,9 @@
-"""From a validated :class:`~helpers.config.schema.TrainConfig` to what runs: the Colossal-AI plugin and
-its keyword arguments, and the scaled-down configuration for a dry run.
+"""From a validated :class:`~helpers.config.schema.TrainConfig` to what runs: the Colossal-AI
+plugin, its keyword arguments and the one builder every rank calls.
 
-Used by Chapter 4 (the mapping table, the dry-run planner) and Chapter 5's training entry point
-(``build_plugin``, ``scaled_down``). Only keyword arguments that the Colossal-AI 0.5.0
-constructors accept are emitted (tests bind every generated dict to ``inspect.signature``).
+Used by Chapter 4 (which plugin a config gets) and Chapter 5's training entry point
+(:func:`build_plugin`). Only keyword arguments that the Colossal-AI 0.5.0 constructors accept are
+emitted (tests bind every generated dict to ``inspect.signature``).
 
 Which plugin (Colossal-AI 0.5.0, ``colossalai/booster/plugin/``):
 
@@ -14,18 +14,38 @@ Which plugin (Colossal-AI 0.5.0, ``colossalai/booster/plugin/``):
   pp_size=1, precision="bf16")``, because ``Booster(mixed_precision="bf16")`` fails in 0.5.0
   (``BF16MixedPrecision`` is abstract: "Can't instantiate abstract class");
 * anything with tensor, pipeline or sequence parallelism → ``HybridParallelPlugin``.
+
+A layout that names its plugin itself (Chapter 7's) gets the same :class:`PluginSpec` from
+``plugin_spec(name, **kwargs)``.
 """
 
 from __future__ import annotations
 
 import inspect
-import math
 import warnings
 from dataclasses import dataclass, field
 
-from helpers.config.schema import TrainConfig, load_config
+from helpers.config.schema import TrainConfig
+from helpers.parallel.vocab import PLUGINS
 
-PLUGINS = ("TorchDDPPlugin", "LowLevelZeroPlugin", "GeminiPlugin", "HybridParallelPlugin")
+# The class of each plugin word of helpers.parallel.vocab (colossalai/booster/plugin/__init__.py).
+CLASS_NAMES = {
+    "torch_ddp": "TorchDDPPlugin",
+    "low_level_zero": "LowLevelZeroPlugin",
+    "gemini": "GeminiPlugin",
+    "hybrid_parallel": "HybridParallelPlugin",
+    "moe_hybrid_parallel": "MoeHybridParallelPlugin",
+}
+assert tuple(CLASS_NAMES) == PLUGINS, "one class name per plugin word of helpers.parallel.vocab"
+
+CPU_ONLY_DP = (
+    "Colossal-AI 0.5.0 runs only data parallelism (TorchDDPPlugin, fp32) on the CPU: "
+    "HybridParallelPlugin's tensor/pipeline/sequence axes fail there "
+    "(CpuAccelerator.get_rng_state, upstream issue #5211, then torch.cuda calls), ZeRO needs a "
+    "device and fp16/bf16 mixed precision needs CUDA. Run this config on a machine with {need} "
+    "CUDA GPUs, or on the CPU set tensor, pipeline and sequence to 1, zero_stage to 0 and "
+    "precision to fp32."
+)
 
 
 @dataclass(frozen=True)
@@ -39,15 +59,24 @@ class PluginSpec:
     notes: tuple[str, ...] = ()
 
     def call(self) -> str:
-        """The constructor call as Python source, e.g. ``HybridParallelPlugin(tp_size=2, pp_size=1)``."""
+        """The constructor call as Python source, e.g.
+        ``HybridParallelPlugin(tp_size=2, pp_size=1)``."""
         args = ", ".join(f"{k}={v!r}" for k, v in self.kwargs.items())
         return f"{self.plugin}({args})"
 
 
+def class_name(name: str) -> str:
+    """The Colossal-AI class for a plugin word (``"gemini"``) or class name (``"GeminiPlugin"``)."""
+    if name in CLASS_NAMES.values():
+        return name
+    if name not in CLASS_NAMES:
+        raise ValueError(f"unknown plugin {name!r}; one of {PLUGINS} or their classes")
+    return CLASS_NAMES[name]
+
+
 def plugin_class(name: str):
     """The Colossal-AI plugin class called ``name`` (imports Colossal-AI)."""
-    if name not in PLUGINS:
-        raise ValueError(f"unknown plugin {name!r}; one of {PLUGINS}")
+    name = class_name(name)
     with warnings.catch_warnings():  # optional-kernel notices (apex, tensornvme) on import
         warnings.simplefilter("ignore")
         from colossalai.booster import plugin as plugins
@@ -55,8 +84,22 @@ def plugin_class(name: str):
     return getattr(plugins, name)
 
 
-def plugin_spec(cfg: TrainConfig) -> PluginSpec:
-    """The plugin for ``cfg`` and the kwargs it is constructed with (see the module docstring)."""
+def plugin_spec(source: TrainConfig | str, /, **kwargs) -> PluginSpec:
+    """The plugin and the kwargs it is constructed with.
+
+    ``source`` is a validated TrainConfig, whose plugin follows from the rules in the module
+    docstring (Chapter 4), or a plugin named directly, a word of
+    :data:`helpers.parallel.vocab.PLUGINS` or its class name, with the constructor ``kwargs``
+    given as keywords (Chapter 7's layouts, which pick their plugin themselves).
+    """
+    if isinstance(source, str):
+        return PluginSpec(class_name(source), dict(kwargs))
+    if kwargs:
+        raise TypeError(f"a TrainConfig brings its own plugin kwargs, got {sorted(kwargs)}")
+    return _config_spec(source)
+
+
+def _config_spec(cfg: TrainConfig) -> PluginSpec:
     p, t = cfg.parallelism, cfg.train
     clip = {"max_norm": t.max_grad_norm} if t.max_grad_norm else {}
     if p.zero_stage == 3:
@@ -117,11 +160,12 @@ def plugin_spec(cfg: TrainConfig) -> PluginSpec:
     )
     why = (
         (
-            "bf16 without ZeRO: Booster(mixed_precision='bf16') fails in Colossal-AI 0.5.0, the hybrid "
-            "plugin with tp = pp = 1 runs DDP in bf16"
+            "bf16 without ZeRO: Booster(mixed_precision='bf16') fails in Colossal-AI 0.5.0, "
+            "the hybrid plugin with tp = pp = 1 runs DDP in bf16"
         )
         if p.model_parallel == 1
-        else "tensor, pipeline or sequence parallelism: shardformer + the hybrid mesh (dp, pp, tp, sp)"
+        else "tensor, pipeline or sequence parallelism: shardformer + the hybrid mesh "
+        "(dp, pp, tp, sp)"
     )
     return PluginSpec("HybridParallelPlugin", kwargs, why=why, notes=notes)
 
@@ -131,212 +175,37 @@ def check_signature(spec: PluginSpec) -> None:
     inspect.signature(plugin_class(spec.plugin)).bind(**spec.kwargs)
 
 
-def build_plugin(cfg: TrainConfig):
-    """(plugin, booster) for ``cfg``; call inside an initialised process group (torchrun).
+def _refuse_on_cpu(cfg: TrainConfig, spec: PluginSpec) -> None:
+    """On the CPU only TorchDDPPlugin in fp32 runs: say why and what to change, before
+    Colossal-AI fails somewhere deep inside a rank."""
+    if spec.plugin == "TorchDDPPlugin" and not spec.booster_kwargs.get("mixed_precision"):
+        return
+    p = cfg.parallelism
+    layout = (
+        f"tensor={p.tensor}, pipeline={p.pipeline}, sequence={p.sequence}, "
+        f"zero_stage={p.zero_stage}, "
+        f"precision={cfg.train.precision} -> {spec.plugin}"
+    )
+    raise RuntimeError(
+        f"this config ({layout}) needs GPUs. " + CPU_ONLY_DP.format(need=cfg.world_size())
+    )
 
+
+def build_plugin(cfg: TrainConfig, device=None, bucket_cap_mb: float | None = None):
+    """(plugin, booster, spec) for ``cfg``; call inside an initialised process group (torchrun).
+
+    ``device`` is the rank's ``torch.device``: on a CPU anything but TorchDDPPlugin in fp32 raises
+    a RuntimeError that says why and what to change (``None``: no check). ``bucket_cap_mb`` sets
+    DDP's gradient bucket size (torch's default, 25 MB, holds the whole tiny model in one bucket).
     Keep a reference to the plugin while training: its ``__del__`` destroys its process groups.
     """
+    spec = plugin_spec(cfg)
+    if device is not None and device.type != "cuda":
+        _refuse_on_cpu(cfg, spec)
+    kwargs = dict(spec.kwargs)
+    if spec.plugin == "TorchDDPPlugin" and bucket_cap_mb is not None:
+        kwargs["bucket_cap_mb"] = bucket_cap_mb
+    plugin = plugin_class(spec.plugin)(**kwargs)
     from colossalai.booster import Booster
 
-    spec = plugin_spec(cfg)
-    plugin = plugin_class(spec.plugin)(**spec.kwargs)
-    return plugin, Booster(plugin=plugin, **spec.booster_kwargs)
-
-
-# The table Chapter 4 shows: which config field becomes which constructor argument.
-# Every name in a cell that is followed by '=' is checked against the constructor in the tests.
-MAPPING = [
-    ("parallelism.data", "world ÷ 1", "world ÷ 1", "world ÷ tp_size", "world ÷ (tp·pp·sp)"),
-    ("parallelism.tensor", "must be 1", "must be 1", "tp_size=", "tp_size="),
-    ("parallelism.pipeline", "must be 1", "must be 1", "must be 1", "pp_size="),
-    (
-        "parallelism.sequence",
-        "must be 1",
-        "must be 1",
-        "must be 1",
-        "sp_size= (all_to_all, ring_attn)",
-    ),
-    (
-        "parallelism.sequence_mode",
-        "—",
-        "—",
-        "—",
-        "enable_sequence_parallelism=, sequence_parallelism_mode=",
-    ),
-    ("parallelism.zero_stage", "0", "stage= (1, 2)", "3 (always)", "zero_stage= (0, 1, 2)"),
-    ("parallelism.microbatches", "—", "—", "—", "num_microbatches="),
-    (
-        "train.micro_batch_size",
-        "loader batch",
-        "loader batch",
-        "loader batch",
-        "microbatch_size= (if no microbatches)",
-    ),
-    (
-        "train.precision",
-        "Booster(mixed_precision=) fp16",
-        "precision=",
-        "precision= (fp16, bf16)",
-        "precision=",
-    ),
-    ("train.max_grad_norm", "clip in the loop", "max_norm=", "max_norm=", "max_norm="),
-    (
-        "train.batch_size",
-        "÷ data = loader batch",
-        "÷ data",
-        "÷ data",
-        "÷ data = microbatches × micro-batch",
-    ),
-    ("train.learning_rate, seed", "optimizer, torch.manual_seed", "same", "same", "same"),
-    (
-        "train.save_interval, checkpoint_dir",
-        "booster.save_model / save_optimizer",
-        "same",
-        "same",
-        "same",
-    ),
-    ("model.*", "LlamaConfig (helpers.models.llama)", "same", "same", "same"),
-]
-
-
-def mapping_rows() -> list[dict]:
-    """MAPPING as rows for :func:`helpers.record.results.format_table`."""
-    return [dict(zip(("config", *PLUGINS), row)) for row in MAPPING]
-
-
-# -- validate small, then scale ------------------------------------------------------------------
-_SHRINK_ORDER = ("data", "sequence", "pipeline", "tensor")  # dropped first → last
-
-
-def _smaller(d: int) -> int:
-    """The next smaller degree: the largest proper divisor (8 → 4, 6 → 3, 3 → 1)."""
-    return max(k for k in range(1, d) if d % k == 0)
-
-
-def scaled_down(cfg: TrainConfig, max_procs: int, steps: int = 1) -> TrainConfig:
-    """The source guide's "validate small, then scale": ``cfg`` with every degree made smaller
-    until the layout fits ``max_procs`` processes, and a tiny model of the same kind.
-
-    Degrees first shrink one size at a time (largest degree first, to a divisor of the original,
-    so every divisibility rule still holds) while they stay above 1; only when that is not enough
-    are dimensions switched off, data first and tensor last, so the dry run exercises as many of
-    the original dimensions as ``max_procs`` allows. The model keeps its kind and its attention
-    type (grouped-query or not) at a size a CPU runs in seconds; the batch is the smallest that
-    feeds every stage; the run is ``steps`` steps and saves a checkpoint after each one.
-    """
-    if max_procs < 1:
-        raise ValueError(f"max_procs must be at least 1, got {max_procs}")
-    p, t, m = cfg.parallelism, cfg.train, cfg.model
-    mode = p.sequence_mode
-    deg = {
-        "data": p.data if isinstance(p.data, int) else max_procs,
-        "tensor": p.tensor,
-        "pipeline": p.pipeline,
-        "sequence": p.sp_in_world,
-    }
-    size = lambda: math.prod(deg.values())  # noqa: E731
-    while size() > max_procs and max(deg.values()) > 2:
-        name = max(_SHRINK_ORDER, key=lambda k: deg[k])  # ties: the earlier in _SHRINK_ORDER
-        deg[name] = _smaller(deg[name])
-    for name in _SHRINK_ORDER:
-        while size() > max_procs and deg[name] > 1:
-            deg[name] = _smaller(deg[name])
-    tp, pp, sp = deg["tensor"], deg["pipeline"], deg["sequence"]
-    if (
-        mode in ("split_gather", "ring")
-        and tp == 1
-        or mode in ("all_to_all", "ring_attn")
-        and sp == 1
-    ):
-        mode = None
-    group = 2 if m.kv < m.heads else 1  # keep grouped-query attention if the model had it
-    unit = tp * (sp if mode in ("all_to_all", "ring_attn") else 1)
-    kv = max(2, unit) if group > 1 else None
-    heads = kv * group if kv else max(4, unit)
-    split = {"all_to_all": sp, "ring_attn": 2 * sp, "split_gather": tp, "ring": tp}.get(
-        mode or "", 1
-    )
-    micro = 2 * pp if pp > 1 else None
-    return load_config(
-        {
-            "parallelism": {
-                "data": deg["data"],
-                "tensor": tp,
-                "pipeline": pp,
-                "sequence": sp if mode in ("all_to_all", "ring_attn") else 1,
-                "sequence_mode": mode,
-                "zero_stage": p.zero_stage,
-                "microbatches": micro,
-            },
-            "train": {
-                **t.model_dump(),
-                "batch_size": deg["data"] * 2 * (micro or 1),
-                "micro_batch_size": 2,
-                "steps": steps,
-                "save_interval": 1,
-                "checkpoint_dir": f"{t.checkpoint_dir}-dry-run",
-            },
-            "model": {
-                "kind": m.kind,
-                "layers": 2 * pp,
-                "hidden": 16 * heads,
-                "heads": heads,
-                "kv_heads": kv,
-                "vocab": 128,
-                "seq_len": split * math.ceil(32 / split),
-            },
-        }
-    )
-
-
-def side_by_side(full: TrainConfig, small: TrainConfig, procs: int | None = None) -> list[dict]:
-    """Rows 'field | full | dry run' for every field that differs, plus world size and plugin."""
-    a, b = _flat(full.to_dict()), _flat(small.to_dict())
-    rows = [{"field": k, "full": a[k], "dry run": b[k]} for k in a if a[k] != b[k]]
-    world = full.world_size(procs) if full.data_degree or procs else "auto"
-    rows.append({"field": "world size", "full": world, "dry run": small.world_size()})
-    rows.append(
-        {"field": "plugin", "full": plugin_spec(full).plugin, "dry run": plugin_spec(small).plugin}
-    )
-    return rows
-
-
-def _flat(d: dict, prefix: str = "") -> dict:
-    out = {}
-    for k, v in d.items():
-        out.update(_flat(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}": v})
-    return out
-
-
-def markdown_table(rows: list[dict], columns: list[str]) -> str:
-    """A Markdown table (for a page or a README)."""
-    esc = lambda v: str(v).replace("|", "\\|")  # noqa: E731
-    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    return "\n".join(
-        lines + ["| " + " | ".join(esc(r.get(c, "")) for c in columns) + " |" for r in rows]
-    )
-
-
-def html_table(rows: list[dict], columns: list[str]) -> str:
-    """An HTML table: what the notebook displays and the chapter page pastes (myst-nb glue)."""
-    from html import escape
-
-    head = "".join(f"<th>{escape(c)}</th>" for c in columns)
-    body = "".join(
-        "<tr>" + "".join(f"<td>{escape(str(r.get(c, '')))}</td>" for c in columns) + "</tr>"
-        for r in rows
-    )
-    return f'<table class="table"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
-
-
-def show_table(rows: list[dict], columns: list[str], key: str) -> None:
-    """Display a table in the notebook and glue it as ``key`` for the chapter page (like plots.show)."""
-    from IPython.display import HTML, display
-
-    table = HTML(html_table(rows, columns))
-    try:
-        from myst_nb import glue
-    except ImportError:  # a GPU box with only the notebook tools
-        display(table)
-    else:
-        glue(key, table, display=True)
+    return plugin, Booster(plugin=plugin, **spec.booster_kwargs), spec

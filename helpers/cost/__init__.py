@@ -1,6 +1,8 @@
 """What a layout costs: bytes and seconds of communication, bytes of memory, FLOPs.
 
-comm (the alpha-beta model, Chapter 3), memory (the textbook memory model, Chapter 7),
-memory_llama (the measured-memory model of a Llama under a plugin, Chapter 7), census (what one
-rank holds, measured), mfu (model FLOPs utilisation), planner (layouts ranked, Chapter 3).
+comm (the alpha-beta model, Chapter 3), step_time (one layout's memory and step time, Chapter 3),
+planner (layouts ranked by it, Chapter 3), memory (the textbook memory model, Chapter 7),
+activations (Korthikanti's per-layer activations, Chapter 7), memory_llama (the measured-memory
+model of a Llama under a plugin, Chapter 7), chunks (Gemini's chunks of that Llama), census (what
+one rank holds, measured), mfu (model FLOPs utilisation).
 """

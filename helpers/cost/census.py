@@ -3,7 +3,9 @@
 Used by Chapter 7's measured demo (``helpers/demos/ch07_memory.py``) to report, next to the
 allocator's numbers, which tensors exist — the evidence a memory model is checked against. Each
 storage is counted once (``untyped_storage().nbytes()``), so views and shared buffers are not
-counted twice.
+counted twice. On the CPU, where no allocator statistics exist, :func:`count_saved_bytes` and
+:func:`tracked_peak` measure what autograd saves and the peak of a step, the exact checks of
+Chapter 7's activation and phase model (:mod:`helpers.cost.memory_llama`).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ def tensor_bytes(tensors) -> dict:
 
 
 def optimizer_census(opt, model) -> dict:
-    """What the inner optimizer holds: state tensors and the parameters it updates (master copies)."""
+    """What the inner optimizer holds: state tensors and the parameters it updates (masters)."""
     inner = getattr(opt, "optim", opt)
     states = [v for s in inner.state.values() for v in s.values()]
     masters = [p for g in inner.param_groups for p in g["params"]]
@@ -47,8 +49,9 @@ def optimizer_census(opt, model) -> dict:
 
 
 def leftover_tensors(opt, model, top: int = 12) -> list[dict]:
-    """CUDA tensors alive after warm-up that are neither parameters nor optimizer state/masters, grouped
-    by (shape, dtype), largest first: what a model of the persistent memory may have missed."""
+    """CUDA tensors alive after warm-up that are neither parameters nor optimizer state/masters,
+    grouped by (shape, dtype), largest first: what a model of the persistent memory may have
+    missed."""
     import gc
     import warnings
 
@@ -81,3 +84,40 @@ def leftover_tensors(opt, model, top: int = 12) -> list[dict]:
         entry["count"] += 1
         entry["bytes"] += obj.untyped_storage().nbytes()
     return sorted(groups.values(), key=lambda e: -e["bytes"])[:top]
+
+
+def count_saved_bytes(model, batch: dict) -> dict:
+    """Bytes autograd saves in one forward of ``model`` on ``batch``, parameters excluded, each
+    storage counted once (``torch.autograd.graph.saved_tensors_hooks``); the exact check of
+    :func:`helpers.cost.memory_llama.layer_activation_bytes` on the CPU."""
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    seen: dict[int, int] = {}
+
+    def pack(t):
+        ptr = t.untyped_storage().data_ptr()
+        if ptr not in params:
+            seen.setdefault(ptr, t.untyped_storage().nbytes())
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        loss = model(**batch).loss
+    loss.backward()
+    return {"total": sum(seen.values()), "tensors": len(seen)}
+
+
+def tracked_peak(model, batch: dict, optimizer=None) -> dict:
+    """Peak bytes by kind over one forward and backward (and ``optimizer.step()`` if given), on any
+    device, from PyTorch's ``torch.distributed._tools.mem_tracker.MemTracker`` (it follows every
+    tensor's storage): the CPU check of the phase model, where no allocator statistics exist."""
+    from torch.distributed._tools.mem_tracker import MemTracker
+
+    tracker = MemTracker()
+    tracker.track_external(model, *([optimizer] if optimizer is not None else []))
+    with tracker:
+        loss = model(**batch).loss
+        loss.backward()
+        if optimizer is not None:
+            optimizer.step()
+            optimizer.zero_grad()
+    peak = next(iter(tracker.get_tracker_snapshot("peak").values()))
+    return {str(kind).split(".")[-1].lower(): value for kind, value in peak.items()}

@@ -1,4 +1,4 @@
-"""Communication model: bytes each rank sends per collective, bandwidths, a time model and per-step volumes.
+"""Communication model: bytes each rank sends per collective, bandwidths, time, per-step volumes.
 
 Used by Chapter 3 (strategy) and its micro-benchmark ``helpers/demos/ch03_collectives.py``. Every
 number here is a *model*; the benchmark measures, and :func:`fit_link` turns measurements into a
@@ -6,19 +6,21 @@ number here is a *model*; the benchmark measures, and :func:`fit_link` turns mea
 
 Sources:
 
-* **Ring collectives and bus bandwidth** (NVIDIA nccl-tests, ``doc/PERFORMANCE.md``). With N ranks
-  and a message of S bytes a ring sends per rank: all-reduce 2(N-1)/N·S, all-gather (N-1)/N·S with S
-  the *output* size, reduce-scatter (N-1)/N·S with S the *input* size, all-to-all (N-1)/N·S.
-  nccl-tests reports algbw = S / t and busbw = algbw × that same factor, so busbw is comparable across
-  collectives and rank counts and approaches the link's per-direction bandwidth.
+* **Ring collectives and bus bandwidth** (NVIDIA nccl-tests, ``doc/PERFORMANCE.md``). With N
+  ranks and a message of S bytes a ring sends per rank: all-reduce 2(N-1)/N·S, all-gather
+  (N-1)/N·S with S the *output* size, reduce-scatter (N-1)/N·S with S the *input* size, all-to-all
+  (N-1)/N·S. nccl-tests reports algbw = S / t and busbw = algbw × that same factor, so busbw is
+  comparable across collectives and rank counts and approaches the link's per-direction
+  bandwidth.
 * **Per-step data-parallel volume** (Rajbhandari et al. 2020, ZeRO, §7): DDP and ZeRO-1/2 move 2Ψ
   elements per rank per step (reduce-scatter + all-gather of the gradients = one all-reduce);
   ZeRO-3 moves 3Ψ (parameters all-gathered in forward and again in backward, gradients
-  reduce-scattered). The paper quotes the large-N limit; with ``n`` given we keep the ring's (N-1)/N.
+  reduce-scattered). The paper quotes the large-N limit; with ``n`` given we keep the ring's
+  (N-1)/N.
 * **Megatron tensor parallelism** (Shoeybi et al. 2019, Megatron-LM, §3, Fig. 4): per transformer
-  layer 2 all-reduces of the b·s·h activations in forward (after attention and after the MLP) and 2
-  in backward. **Sequence parallelism** (Korthikanti et al. 2022, §4.2.2) replaces each all-reduce by
-  an all-gather plus a reduce-scatter of the same volume.
+  layer 2 all-reduces of the b·s·h activations in forward (after attention and after the MLP) and
+  2 in backward. **Sequence parallelism** (Korthikanti et al. 2022, §4.2.2) replaces each
+  all-reduce by an all-gather plus a reduce-scatter of the same volume.
 * **Ulysses** (Jacobs et al. 2023, DeepSpeed-Ulysses, §3.2): all-to-all of Q, K, V and of the
   attention output, per layer 4·b·s·h/P elements per rank in forward (the same again in backward).
 * **Pipeline bubble**: see :func:`helpers.parallel.pp.bubble_fraction` (one home for it).
@@ -32,7 +34,7 @@ from dataclasses import dataclass
 from typing import Iterable
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
-# torch.distributed names of the tensor variants the benchmark calls
+# torch.distributed names of the tensor variants the benchmark calls (and its records keep)
 ALIASES = {
     "all_gather_into_tensor": "all_gather",
     "reduce_scatter_tensor": "reduce_scatter",
@@ -40,7 +42,9 @@ ALIASES = {
 }
 
 
-def _canonical(collective: str) -> str:
+def canonical(collective: str) -> str:
+    """The collective's name in :data:`COLLECTIVES`: ``all_gather_into_tensor`` -> ``all_gather``
+    (:data:`ALIASES`); a ValueError for a name that is neither."""
     name = ALIASES.get(collective, collective)
     if name not in COLLECTIVES:
         raise ValueError(
@@ -61,7 +65,7 @@ def _check_nonneg(name: str, value) -> None:
 
 def bus_factor(collective: str, n: int) -> float:
     """nccl-tests' busbw/algbw factor: 2(n-1)/n for all-reduce, (n-1)/n for the other three."""
-    name = _canonical(collective)
+    name = canonical(collective)
     _check_n(n)
     return (2.0 if name == "all_reduce" else 1.0) * (n - 1) / n
 
@@ -104,9 +108,10 @@ class Link:
 
 
 # NOMINAL datasheet values, to be replaced by fit_link() on measurements. Assumptions, stated:
-# * NVLink 4 (H100/H200 SXM): NVIDIA datasheets give 900 GB/s *total bidirectional* NVLink bandwidth per
-#   GPU (18 links × 50 GB/s); we take half, 450 GB/s per direction, as the ceiling for busbw. Measured
-#   NCCL all-reduce busbw on 8 GPUs is typically lower (~350-480 GB/s with NVLS; measure).
+# * NVLink 4 (H100/H200 SXM): NVIDIA datasheets give 900 GB/s *total bidirectional* NVLink
+#   bandwidth per GPU (18 links × 50 GB/s); we take half, 450 GB/s per direction, as the ceiling for
+#   busbw. Measured NCCL all-reduce busbw on 8 GPUs is typically lower (~350-480 GB/s with NVLS;
+#   measure).
 # * InfiniBand NDR: 400 Gb/s per port = 50 GB/s per direction, one NIC per GPU assumed.
 # * PCIe Gen5 x16: 32 GT/s × 16 lanes, 128b/130b → ~63 GB/s per direction.
 # Latencies are assumed orders of magnitude (a few µs per collective), not datasheet figures.
@@ -125,7 +130,7 @@ def ring_steps(collective: str, n: int) -> int:
     """Communication steps of the ring algorithm: 2(n-1) for all-reduce (reduce-scatter then
     all-gather), n-1 for the other three (Thakur, Rabenseifner & Gropp 2005, Table 1 and §4)."""
     _check_n(n)
-    return (2 if _canonical(collective) == "all_reduce" else 1) * (n - 1)
+    return (2 if canonical(collective) == "all_reduce" else 1) * (n - 1)
 
 
 def collective_time(
@@ -153,10 +158,11 @@ def fit_link(
 ) -> Link:
     """Least-squares fit of t = α + x/β to measured (size_bytes, seconds) points.
 
-    x is the size itself, or, with ``collective`` and ``n``, the bytes sent per rank, so the fitted β is
-    a bus bandwidth and ``collective_time(collective, S, n, link)`` reproduces the points.
-    ``relative=True`` minimises the relative errors Σ((α + x/β - t)/t)² (weights 1/t²) instead of the
-    absolute ones, so that over sizes spanning 1 MB..1 GB the largest message does not decide α alone.
+    x is the size itself, or, with ``collective`` and ``n``, the bytes sent per rank, so the fitted
+    β is a bus bandwidth and ``collective_time(collective, S, n, link)`` reproduces the points.
+    ``relative=True`` minimises the relative errors Σ((α + x/β - t)/t)² (weights 1/t²) instead of
+    the absolute ones, so that over sizes spanning 1 MB..1 GB the largest message does not decide α
+    alone.
     """
     points = [(float(s), float(t)) for s, t in samples]
     if collective is not None:
@@ -187,7 +193,8 @@ def zero_step_volume(
 ) -> float:
     """Bytes one data-parallel rank sends per step (ZeRO §7): 2Ψ for DDP / ZeRO-1/2, 3Ψ for ZeRO-3.
 
-    Without ``n`` the paper's large-N value (2Ψ or 3Ψ elements × bytes); with ``n`` the ring's (n-1)/n.
+    Without ``n`` the paper's large-N value (2Ψ or 3Ψ elements × bytes); with ``n`` the ring's
+    (n-1)/n.
     """
     _check_nonneg("params", params)
     if stage not in (0, 1, 2, 3):
@@ -226,9 +233,11 @@ def tp_layer_ops(
 def ulysses_layer_ops(
     b: int, s: int, h: int, p: int, bytes_per_element: int = 2, backward: bool = True
 ) -> list[tuple[str, float]]:
-    """DeepSpeed-Ulysses per layer: all-to-all of Q, K, V and the output, each of b·(s/P)·h per rank.
+    """DeepSpeed-Ulysses per layer: all-to-all of Q, K, V and the output, each of b·(s/P)·h per
+    rank.
 
-    Forward sends 4·(P-1)/P·b·s·h/P elements per rank (≈ 4·b·s·h/P, the paper's figure); backward again.
+    Forward sends 4·(P-1)/P·b·s·h/P elements per rank (≈ 4·b·s·h/P, the paper's figure); backward
+    again.
     """
     for name, v in (("b", b), ("s", s), ("h", h)):
         _check_nonneg(name, v)
@@ -248,13 +257,15 @@ def ops_time(ops: Iterable[tuple[str, float]], n: int, link: Link) -> float:
 
 SEED_ADVICE = (
     "communication share above 0.5: more than half of each step moves data. The seed's remedies: "
-    "lower the tensor-parallel degree to keep more computation on each GPU, raise the batch so that "
+    "lower the tensor-parallel degree to keep more computation on each GPU, "
+    "raise the batch so that "
     "computation grows and hides communication, or overlap communication with computation."
 )
 
 
 def comm_share(t_comm: float, t_compute: float) -> tuple[float, str | None]:
-    """The seed's communication share t_comm / (t_comm + t_compute), and its advice when above 0.5."""
+    """The seed's communication share t_comm / (t_comm + t_compute), and its advice when above
+    0.5."""
     _check_nonneg("t_comm", t_comm)
     _check_nonneg("t_compute", t_compute)
     if t_comm + t_compute == 0:

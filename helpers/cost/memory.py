@@ -14,22 +14,14 @@ Sources, one per part:
   first, so Ψ here is Ψ/(T·P) (even split assumed). With an own sequence axis (all_to_all,
   ring_attn) Colossal-AI applies ZeRO over dp × sp (``HybridParallelPlugin.mixed_dp_group``), so
   N_d = D·S then.
-* **Activations** (Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer
-  Models", Table 2), bytes per transformer layer, 16-bit, no recomputation:
-  no parallelism sbh(34 + 5as/h); tensor parallel sbh(10 + 24/t + 5as/(ht)); tensor + sequence
-  parallel (sbh/t)(34 + 5as/h); full recomputation keeps only the layer input, 2sbh (2sbh/t with
-  sequence parallelism). Flash attention stores no s×s scores, dropping the 5as/h term
-  (Korthikanti et al. 2022, the sbh(34 + 5as/h) count; Chapter 7).
-  An own sequence axis of size S (Ulysses all_to_all: sequence split outside attention, heads split
-  inside) divides everything by S; ring_attn is modelled the same way (Colossal-AI runs it with flash
-  attention, so the score term is absent there anyway). Left out, as in Table 2: embedding dropout,
-  final norm and output-layer logits (Korthikanti §4.3), and the one-layer working set recomputed
-  during backward.
-* **Pipeline** (Korthikanti §4.2.3; Narayanan et al. 2021): a stage holds L/P layers; under 1F1B the
-  first stage keeps min(m, P) micro-batches in flight, so its activations are those of
+* **Activations** per transformer layer: Korthikanti et al. 2022, Table 2
+  (:func:`helpers.cost.activations.layer_activations`, whose docstring gives the terms).
+* **Pipeline** (Korthikanti §4.2.3; Narayanan et al. 2021): a stage holds L/P layers; under 1F1B
+  the first stage keeps min(m, P) micro-batches in flight, so its activations are those of
   min(m, P)·L/P layers — about L layers' worth. We assume the first (busiest) stage.
-* **Offload**: optimizer states (the K bytes per parameter, sharded as ZeRO shards them) are moved to
-  CPU memory (ZeRO-Offload, Ren et al. 2021); they leave the GPU total and appear as ``cpu_optimizer``.
+* **Offload**: optimizer states (the K bytes per parameter, sharded as ZeRO shards them) are moved
+  to CPU memory (ZeRO-Offload, Ren et al. 2021); they leave the GPU total and appear as
+  ``cpu_optimizer``.
 * **Seed rule**: the seed's ``estimate_memory`` uses 16 B/param ÷ (T·P) in GB = 1e9, reproduced by
   :func:`seed_estimate_memory`; :func:`seed_omissions` says what it leaves out.
 """
@@ -38,13 +30,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-from helpers.parallel.layouts import (
-    OWN_AXIS_SP_MODES,
-    SHARED_SP_MODES,
-    SP_MODES,
-    Layout,
-    ModelShape,
-)
+from helpers.config.shape import ModelShape
+from helpers.cost.activations import check_degree, check_positive, layer_activations
+from helpers.parallel.layouts import Layout
+from helpers.parallel.vocab import OWN_AXIS_SP_MODES, SHARED_SP_MODES, SP_MODES
 
 GIB = 2**30
 GB = 1e9
@@ -55,20 +44,6 @@ PRECISIONS: dict[str, tuple[int, int, int]] = {
     "bf16": (2, 2, 12),  # bf16 weights and grads; fp32 master weights, m, v
     "fp16": (2, 2, 12),  # as bf16 (plus a loss scale, negligible)
 }
-
-
-def _check_positive(name: str, value, allow_zero: bool = False) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"{name} must be a number, got {value!r}")
-    if value < 0 or (value == 0 and not allow_zero):
-        raise ValueError(
-            f"{name} must be {'non-negative' if allow_zero else 'positive'}, got {value!r}"
-        )
-
-
-def _check_degree(name: str, value) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
 
 
 def bytes_per_param(precision: str) -> tuple[int, int, int]:
@@ -91,9 +66,9 @@ def model_states(
     >>> round(sum(model_states(7.5e9, "bf16", 1, dp=64)) / 1e9, 1)
     31.4
     """
-    _check_positive("params", params, allow_zero=True)
+    check_positive("params", params, allow_zero=True)
     for name, value in (("dp", dp), ("tp", tp), ("pp", pp)):
-        _check_degree(name, value)
+        check_degree(name, value)
     if zero_stage not in (0, 1, 2, 3) or isinstance(zero_stage, bool):
         raise ValueError(f"ZeRO stage must be 0, 1, 2 or 3, got {zero_stage!r}")
     w, g, k = bytes_per_param(precision)
@@ -104,52 +79,10 @@ def model_states(
     return weights, grads, optim
 
 
-def layer_activations(
-    seq_len: int,
-    micro_batch: int,
-    hidden: int,
-    heads: int,
-    tp: int = 1,
-    sequence_parallel: bool = False,
-    recompute: bool = False,
-    flash: bool = False,
-    sp: int = 1,
-) -> float:
-    """Activation bytes of one transformer layer on one rank (Korthikanti et al. 2022, Table 2).
-
-    ``sequence_parallel`` is Megatron SP (split_gather/ring: the sequence split over the tensor
-    group); ``sp`` is an own sequence axis (all_to_all/ring_attn) dividing everything by S.
-
-    >>> round(layer_activations(2048, 8, 4096, 32) / 1e9, 2)
-    7.65
-    """
-    for name, value in (
-        ("seq_len", seq_len),
-        ("micro_batch", micro_batch),
-        ("hidden", hidden),
-        ("heads", heads),
-    ):
-        _check_positive(name, value)
-    _check_degree("tp", tp)
-    _check_degree("sp", sp)
-    s, b, h, a, t = seq_len, micro_batch, hidden, heads, tp
-    sbh = s * b * h
-    if recompute:  # only the layer input is kept (2 bytes per element)
-        per_layer = 2 * sbh / (t if sequence_parallel else 1)
-    else:
-        scores = (
-            0.0 if flash else 5 * a * s / h
-        )  # the s×s attention scores, softmax and dropout mask
-        if sequence_parallel:
-            per_layer = sbh / t * (34 + scores)
-        else:
-            per_layer = sbh * (10 + 24 / t + scores / t)
-    return per_layer / sp
-
-
 @dataclass(frozen=True)
 class MemoryBreakdown:
-    """Per-rank bytes by component; ``total`` is what sits on the GPU (``cpu_optimizer`` does not)."""
+    """Per-rank bytes by component; ``total`` is what sits on the GPU (``cpu_optimizer`` is not
+    on it)."""
 
     weights: float
     gradients: float
@@ -202,9 +135,10 @@ def estimate(
 ) -> MemoryBreakdown:
     """Per-rank training memory of a model with ``params`` parameters (first pipeline stage).
 
-    Degrees come from ``layout`` (a :class:`helpers.parallel.layouts.Layout`, also giving ``zero_stage`` and
-    ``micro_batch`` unless passed) or from ``dp``/``tp``/``pp``/``sp``/``sp_mode``. Activations need
-    ``shape`` (layers, heads, hidden) and a sequence length (``seq_len`` or ``shape.seq_len``);
+    Degrees come from ``layout`` (a :class:`helpers.parallel.layouts.Layout`, also giving
+    ``zero_stage`` and ``micro_batch`` unless passed) or from ``dp``/``tp``/``pp``/``sp``/
+    ``sp_mode``. Activations need ``shape`` (a :class:`helpers.config.shape.ModelShape` with
+    layers, heads, hidden) and a sequence length (``seq_len`` or ``shape.seq_len``);
     without a shape they are 0. ``microbatches`` (m) caps the in-flight micro-batches of 1F1B at
     min(m, P); by default P. ``overhead_bytes`` is the fixed per-rank cost (CUDA context, NCCL
     buffers, allocator slack): 0 by default, to be measured on the GPU box (Chapter 7's "outside
@@ -216,8 +150,8 @@ def estimate(
         micro_batch = layout.microbatch if micro_batch is None else micro_batch
     zero_stage = 0 if zero_stage is None else zero_stage
     micro_batch = 1 if micro_batch is None else micro_batch
-    _check_degree("sp", sp)
-    _check_positive("overhead_bytes", overhead_bytes, allow_zero=True)
+    check_degree("sp", sp)
+    check_positive("overhead_bytes", overhead_bytes, allow_zero=True)
     if sp_mode is not None and sp_mode not in SP_MODES:
         raise ValueError(f"unknown sequence parallelism mode {sp_mode!r}; valid: {list(SP_MODES)}")
     if sp > 1 and sp_mode not in OWN_AXIS_SP_MODES:
@@ -241,18 +175,19 @@ def estimate(
             raise ValueError(
                 "activations need shape.hidden and a sequence length (seq_len or shape.seq_len)"
             )
-        _check_positive("micro_batch", micro_batch)
-        _check_degree("layers", shape.layers)
+        check_positive("micro_batch", micro_batch)
+        check_degree("layers", shape.layers)
         heads_split = tp * (sp if sp_mode == "all_to_all" else 1)
         if shape.heads % heads_split:
             raise ValueError(
-                f"{shape.heads} attention heads are not divisible by the {heads_split}-way head split "
+                f"{shape.heads} attention heads are not divisible by the "
+                f"{heads_split}-way head split "
                 f"(tp={tp}{f', sp={sp}' if heads_split != tp else ''})"
             )
         if shape.layers % pp:
             raise ValueError(f"{shape.layers} layers do not split evenly into pp={pp} stages")
         if microbatches is not None:
-            _check_degree("microbatches", microbatches)
+            check_degree("microbatches", microbatches)
         in_flight = pp if microbatches is None else min(microbatches, pp)
         per_layer = layer_activations(
             seq,
@@ -267,15 +202,16 @@ def estimate(
         )
         acts = per_layer * (shape.layers // pp) * in_flight
     elif seq_len is not None:
-        _check_positive("seq_len", seq_len)
+        check_positive("seq_len", seq_len)
     return MemoryBreakdown(weights, grads, optim, acts, float(overhead_bytes), cpu)
 
 
 def seed_estimate_memory(param_billions, tp, pp):
     """The seed's ``estimate_memory``, unchanged: 16 B/param × Ψ / (T·P), in GB (1e9).
 
-    Its comment reads "fp32 master 4 + Adam states 8 + fp16 copy 4"; the ZeRO paper's mixed-precision
-    split is 2 + 2 + 12 — the same 16. See :func:`seed_omissions` for what the number leaves out.
+    Its comment reads "fp32 master 4 + Adam states 8 + fp16 copy 4"; the ZeRO paper's
+    mixed-precision split is 2 + 2 + 12 — the same 16. See :func:`seed_omissions` for what the
+    number leaves out.
     """
     bytes_per_param = 16  # fp32主权重4 + Adam状态8 + fp16副本4
     per_gpu_bytes = param_billions * 1e9 * bytes_per_param / (tp * pp)
@@ -313,12 +249,14 @@ def seed_omissions(
     )
     states = est.weights + est.gradients + est.optimizer
     lines = [
-        f"seed estimate_memory({param_billions}, tp={tp}, pp={pp}) = {seed:.1f} GB: 16 B/param / (T·P), nothing else",
+        f"seed estimate_memory({param_billions}, tp={tp}, pp={pp}) = {seed:.1f} GB: "
+        "16 B/param / (T·P), nothing else",
         f"model states with ZeRO-{zero_stage} over N_d={dp}: {states / GB:.1f} GB "
         f"(the seed ignores data-parallel sharding)",
         f"activations{'' if shape else ' (no model shape given)'}: {est.activations / GB:.1f} GB "
         f"(the seed ignores activations)",
-        f"fixed overhead: {est.overhead / GB:.1f} GB (the seed ignores CUDA context and NCCL buffers; measure it)",
+        f"fixed overhead: {est.overhead / GB:.1f} GB "
+        "(the seed ignores CUDA context and NCCL buffers; measure it)",
         f"total per rank: {est.total / GB:.1f} GB",
     ]
     return "\n".join(lines)

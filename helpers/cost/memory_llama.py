@@ -1,53 +1,52 @@
 """Chapter 7's measured-memory model: a Llama trained under one Colossal-AI plugin, per rank.
 
-Where :mod:`helpers.cost.memory` gives the textbook estimate (ZeRO §3 model states, Korthikanti Table 2
-activations), this module predicts what ``torch.cuda.max_memory_allocated`` reports for the
-layouts of :mod:`helpers.config.layout`. Nothing here is fitted to measurements; each term is
+Where :mod:`helpers.cost.memory` gives the textbook estimate (ZeRO §3 model states, Korthikanti
+Table 2 activations), this module predicts what ``torch.cuda.max_memory_allocated`` reports for
+the layouts of :mod:`helpers.config.layout`. Nothing here is fitted to measurements; each term is
 counted from the code that allocates it (transformers 4.51 Llama, Colossal-AI 0.5.0 plugins):
 
-* **Activations** of one decoder layer, counted tensor by tensor from what autograd saves (checked
-  exactly on the CPU with ``saved_tensors_hooks``, :func:`count_saved_bytes`): with N = b·s tokens,
-  e bytes per element of the compute dtype, h hidden, f SwiGLU width, a heads,
-  each RMSNorm keeps its input in fp32 (4Nh), 1/rms (4N), the normalised value and the weighted output
-  (2·eNh); attention keeps q, k, v, the sdpa output and its log-sum-exp (3eNh + eNh + 4Na; with grouped-query
-  attention k and v are still h wide, as transformers' ``repeat_kv`` copies them before the kernel),
-  the o_proj input (eNh); the MLP keeps gate, silu(gate), up and their product (4eNf). Eager attention
-  drops the sdpa output and log-sum-exp and keeps the softmax in fp32 and its 16-bit copy (4 + 2)·b·a·s²
-  instead (Korthikanti's s² term). Tensor parallelism divides the attention and MLP parts by t, not the
-  norms. Full recomputation (non-reentrant checkpoint per layer) keeps only each layer's input (eNh).
+* **Activations** of one decoder layer, counted tensor by tensor from what autograd saves
+  (checked exactly on the CPU with ``saved_tensors_hooks``,
+  :func:`helpers.cost.census.count_saved_bytes`): with N = b·s tokens, e bytes per element of the
+  compute dtype, h hidden, f SwiGLU width, a heads, each RMSNorm keeps its input in fp32 (4Nh),
+  1/rms (4N), the normalised value and the weighted output (2·eNh); attention keeps q, k, v, the
+  sdpa output and its log-sum-exp (3eNh + eNh + 4Na; with grouped-query attention k and v are
+  still h wide, as transformers' ``repeat_kv`` copies them before the kernel), the o_proj input
+  (eNh); the MLP keeps gate, silu(gate), up and their product (4eNf). Eager attention drops the
+  sdpa output and log-sum-exp and keeps the softmax in fp32 and its 16-bit copy (4 + 2)·b·a·s²
+  instead (Korthikanti's s² term). Tensor parallelism divides the attention and MLP parts by t,
+  not the norms. Full recomputation (non-reentrant checkpoint per layer) keeps only each layer's
+  input (eNh).
 * **Loss**: HF's loss upcasts the e-byte logits to fp32 and keeps the fp32 log-softmax (4Nv); its
-  backward holds that, the nll gradient and the log-softmax gradient at once: 12Nv, often the peak.
-* **Model states** per plugin (see :func:`model_states`): TorchDDP keeps a second fp32 gradient copy in
-  its buckets; HybridParallel's mixed precision keeps fp32 masters beside the bf16 weights and, whenever
-  there is no pipeline, torch DDP buckets in bf16 — also with tensor parallelism over all GPUs, where
-  DDP wraps a data-parallel group of one; LowLevelZero keeps bf16 weights, fp32 master *shards* and
-  HybridAdam states of the shards; Gemini shards weights, masters and states (ZeRO-3).
-* **Phases**: the peak is the largest of (1) the end of forward at the loss, (2) the start of backward
-  (12Nv of loss gradients on top of all activations), (3) the end of backward (all gradients, the last
-  activations gone) and (4) the optimizer step (fp32 gradient copies). 1F1B pipelines keep
-  min(m, P) − stage micro-batches in flight on each stage.
+  backward holds that, the nll gradient and the log-softmax gradient at once: 12Nv, often the
+  peak.
+* **Model states** per plugin (see :func:`model_states`): TorchDDP keeps a second fp32 gradient
+  copy in its buckets; HybridParallel's mixed precision keeps fp32 masters beside the bf16 weights
+  and, whenever there is no pipeline, torch DDP buckets in bf16 — also with tensor parallelism
+  over all GPUs, where DDP wraps a data-parallel group of one; LowLevelZero keeps bf16 weights,
+  fp32 master *shards* and HybridAdam states of the shards; Gemini shards weights, masters and
+  states (ZeRO-3), in the chunks of :mod:`helpers.cost.chunks`.
+* **Phases**: the peak is the largest of (1) the end of forward at the loss, (2) the start of
+  backward (12Nv of loss gradients on top of all activations), (3) the end of backward (all
+  gradients, the last activations gone) and (4) the optimizer step (fp32 gradient copies). 1F1B
+  pipelines keep min(m, P) − stage micro-batches in flight on each stage.
 """
 
 from __future__ import annotations
 
-from functools import lru_cache
-
-import numpy as np
-
-from helpers.config.layout import LlamaShape, TrainLayout
+from helpers.config.layout import TrainLayout
+from helpers.config.shape import ModelShape
+from helpers.cost.chunks import gemini_chunks, parameter_sizes
 
 BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 # torch's cuBLAS workspace on sm90 (CublasHandlePool.cpp: 4096 KiB x 8 on Hopper), one per thread
 # that runs GEMMs: the training loop and autograd's backward thread
 CUBLAS_WORKSPACES = 2 * 32 * 2**20
-GEMINI_MIN_CHUNK = 32 * 2**20  # GeminiPlugin min_chunk_size_m=32 and search_range_m=32 (elements)
-GEMINI_SEARCH_INTERVAL = 1024  # colossalai.zero.gemini.chunk.utils: hidden_dim=None -> 1024
 
 
-def layer_params(shape: LlamaShape) -> tuple[int, int]:
+def layer_params(shape: ModelShape) -> tuple[int, int]:
     """(parameters split by tensor parallelism, replicated norm parameters) of one decoder layer."""
-    h, kv = shape.hidden, shape.hidden * shape.kv_heads // shape.heads
-    return 2 * h * h + 2 * h * kv + 3 * h * shape.ffn, 2 * h
+    return shape.layer_matrices, 2 * shape.hidden
 
 
 def rank_params(layout: TrainLayout, stage: int = 0) -> float:
@@ -64,7 +63,7 @@ def rank_params(layout: TrainLayout, stage: int = 0) -> float:
 
 
 def layer_activation_parts(
-    shape: LlamaShape,
+    shape: ModelShape,
     tokens: int,
     seq: int,
     e: int,
@@ -81,23 +80,22 @@ def layer_activation_parts(
     n, h, f, a = tokens, shape.hidden, shape.ffn, shape.heads
     if attn == "sdpa":
         shared = cuda and e == 4
-        core = (
-            0 if shared else e * n * h
-        ) + 4 * n * a  # output and log-sum-exp of the fused kernel
+        # output and log-sum-exp of the fused kernel
+        core = (0 if shared else e * n * h) + 4 * n * a
     else:
         copy = e if e != 4 else 0  # softmax(dtype=fp32).to(e-byte dtype): no copy in fp32
         core = (4 + copy) * (tokens // seq) * a * seq * seq  # the fp32 softmax and its e-byte copy
     return {
         "2 RMSNorms": 2 * ((4 + 2 * e) * n * h + 4 * n),  # fp32 input, 1/rms, normalised, weighted
-        "q, k, v, o_proj input": (3 * e * n * h + e * n * h)
-        / tp,  # repeat_kv expands GQA k, v first
+        # repeat_kv expands GQA k, v first
+        "q, k, v, o_proj input": (3 * e * n * h + e * n * h) / tp,
         "attention core": core / tp,
         "SwiGLU MLP": 4 * e * n * f / tp,  # gate, silu(gate), up, their product
     }
 
 
 def layer_activation_bytes(
-    shape: LlamaShape,
+    shape: ModelShape,
     tokens: int,
     seq: int,
     e: int,
@@ -109,7 +107,7 @@ def layer_activation_bytes(
     return sum(layer_activation_parts(shape, tokens, seq, e, tp, attn, cuda).values())
 
 
-def head_activation_bytes(shape: LlamaShape, tokens: int, e: int) -> float:
+def head_activation_bytes(shape: ModelShape, tokens: int, e: int) -> float:
     """The final RMSNorm's saved tensors (the lm_head input among them)."""
     return (4 + 2 * e) * tokens * shape.hidden + 4 * tokens
 
@@ -127,53 +125,6 @@ def loss_bytes(layout: TrainLayout, tokens: int, e: int) -> dict:
         return {"kept": e * nv, "forward": 4 * e * nv + 4 * nv, "backward": 2 * e * nv}
     upcast = 4 * nv if e != 4 else 0
     return {"kept": 4 * nv, "forward": e * nv + upcast + 4 * nv, "backward": 12 * nv}
-
-
-def parameter_sizes(shape: LlamaShape) -> list[int]:
-    """Element counts of the Llama's parameters in ``model.parameters()`` order."""
-    h, f, kv = shape.hidden, shape.ffn, shape.hidden * shape.kv_heads // shape.heads
-    layer = [
-        h * h,
-        kv * h,
-        kv * h,
-        h * h,
-        f * h,
-        f * h,
-        h * f,
-        h,
-        h,
-    ]  # q k v o, gate up down, 2 norms
-    return [shape.vocab * h] + layer * shape.layers + [h, shape.vocab * h]
-
-
-@lru_cache(maxsize=None)
-def gemini_chunks(shape: LlamaShape, dp: int) -> tuple[int, int]:
-    """(chunk size, number of chunks) Gemini builds for the Llama: Colossal-AI 0.5.0's
-    ``search_chunk_configuration`` (parameters above mean + 3σ left out of the search, chunk sizes from
-    32 Mi elements in steps of 1024 over 32 Mi, the least unused space wins) followed by the
-    ``ChunkManager``'s packing in parameter order (a parameter that does not fit opens a new chunk)."""
-    sizes = np.array(parameter_sizes(shape))
-    searched = sizes[sizes <= sizes.mean() + 3 * sizes.std()]
-    start = int(
-        np.ceil(max(GEMINI_MIN_CHUNK, searched.max()) / GEMINI_SEARCH_INTERVAL)
-        * GEMINI_SEARCH_INTERVAL
-    )
-    candidates = np.arange(
-        start, start + GEMINI_MIN_CHUNK + 1, GEMINI_SEARCH_INTERVAL, dtype=np.int64
-    )
-    acc, left = np.zeros_like(candidates), np.zeros_like(candidates)
-    for size in searched:  # search_utils._get_unused_byte, for every candidate at once
-        new = size > left
-        acc = np.where(new, acc + left, acc)
-        left = np.where(new, candidates, left) - size
-    chunk = int(candidates[np.argmin(left + acc)])
-    chunk += -chunk % dp
-    count, room = 0, 0
-    for size in sizes:
-        if size > room:
-            count, room = count + 1, max(chunk, size + (-size % dp))
-        room -= size
-    return chunk, count
 
 
 def model_states(layout: TrainLayout, stage: int = 0) -> dict:
@@ -201,9 +152,10 @@ def model_states(layout: TrainLayout, stage: int = 0) -> dict:
         if mixed:
             out["master"] = 4 * psi  # p.detach().float()
             out["step"] = 4 * psi  # p.grad = working.grad.float(); working.grad = None, one by one
-        # HybridParallelPlugin.configure: use_ddp = (dp > 1 and pp == 1 and zero == 0) or (dp == 1 and
-        # pp == 1): without a pipeline the module is wrapped in torch DDP even over a group of one rank
-        # (tp=2 on 2 GPUs), and its buckets are a gradient copy (gradient_as_bucket_view=False)
+        # HybridParallelPlugin.configure: use_ddp = (dp > 1 and pp == 1 and zero == 0) or
+        # (dp == 1 and pp == 1): without a pipeline the module is wrapped in torch DDP even over a
+        # group of one rank (tp=2 on 2 GPUs), and its buckets are a gradient copy
+        # (gradient_as_bucket_view=False)
         if layout.pp == 1:
             out["buckets"] = w * psi
     elif plugin == "zero":  # LowLevelZeroOptimizer
@@ -319,42 +271,3 @@ def predict(layout: TrainLayout, rank: int = 0) -> dict:
         "peak": phases[peak_phase],
         "breakdown": breakdown,
     }
-
-
-def count_saved_bytes(model, batch: dict) -> dict:
-    """Bytes autograd saves in one forward of ``model`` on ``batch``, parameters excluded, each
-    storage counted once (``torch.autograd.graph.saved_tensors_hooks``); the exact check of
-    :func:`layer_activation_bytes` on the CPU."""
-    import torch
-
-    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
-    seen: dict[int, int] = {}
-
-    def pack(t):
-        ptr = t.untyped_storage().data_ptr()
-        if ptr not in params:
-            seen.setdefault(ptr, t.untyped_storage().nbytes())
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        loss = model(**batch).loss
-    loss.backward()
-    return {"total": sum(seen.values()), "tensors": len(seen)}
-
-
-def tracked_peak(model, batch: dict, optimizer=None) -> dict:
-    """Peak bytes by kind over one forward and backward (and ``optimizer.step()`` if given), on any
-    device, from PyTorch's ``torch.distributed._tools.mem_tracker.MemTracker`` (it follows every
-    tensor's storage): the CPU check of the phase model, where no allocator statistics exist."""
-    from torch.distributed._tools.mem_tracker import MemTracker
-
-    tracker = MemTracker()
-    tracker.track_external(model, *([optimizer] if optimizer is not None else []))
-    with tracker:
-        loss = model(**batch).loss
-        loss.backward()
-        if optimizer is not None:
-            optimizer.step()
-            optimizer.zero_grad()
-    peak = next(iter(tracker.get_tracker_snapshot("peak").values()))
-    return {str(kind).split(".")[-1].lower(): value for kind, value in peak.items()}

@@ -1,64 +1,27 @@
 """Chapter 1, "the same with Colossal-AI": data parallelism through Booster + TorchDDPPlugin.
 
 Runs on CPU (gloo) and GPU (NCCL). Every rank trains the same tiny Llama on its shard of each
-fresh global batch (``plugin.prepare_dataloader`` hands out rows ``rank::world``), the plugin's
-DDP all-reduces the gradients, and the mean loss over the world is compared step by step with a
-single-process reference that trains on the whole batch.
+fresh global batch (``plugin.prepare_dataloader`` hands out rows ``rank::world``,
+:func:`helpers.train.plugin_step.train_ddp`), the plugin's DDP all-reduces the gradients, and
+the mean loss over the world is compared step by step with a single-process reference that trains
+on the whole batch (:func:`helpers.train.reference.train_reference`).
 """
 
-import argparse
 import copy
 
 import torch
-import torch.distributed as dist
 from torch.utils.data import TensorDataset
 
-from helpers.run.env import distributed, emit, say
 from helpers.models.llama import build_llama, llama_config, token_batch
-
-
-def train_reference(model, batches, lr):
-    opt = torch.optim.AdamW(model.parameters(), lr=lr)
-    losses = []
-    for batch in batches:
-        loss = model(**batch).loss
-        loss.backward()
-        opt.step()
-        opt.zero_grad()
-        losses.append(loss.item())
-    return losses
-
-
-def train_booster(model, dataset, local_batch, lr, device):
-    from colossalai.booster import Booster
-    from colossalai.booster.plugin import TorchDDPPlugin
-
-    plugin = TorchDDPPlugin()
-    booster = Booster(plugin=plugin)
-    loader = plugin.prepare_dataloader(
-        dataset, batch_size=local_batch, shuffle=False, drop_last=True
-    )
-    opt = torch.optim.AdamW(model.parameters(), lr=lr)
-    model, opt, _, loader, _ = booster.boost(model, opt, dataloader=loader)
-    losses = []
-    for ids, labels in loader:
-        loss = model(input_ids=ids.to(device), labels=labels.to(device)).loss
-        booster.backward(loss, opt)
-        opt.step()
-        opt.zero_grad()
-        world_mean = loss.detach().clone()
-        dist.all_reduce(world_mean)  # SUM of the per-rank means
-        losses.append(world_mean.item() / dist.get_world_size())
-    del model, opt, booster, plugin  # known-facts: free the DDP reducer before teardown
-    return losses
+from helpers.run import cli
+from helpers.run.env import distributed, emit, say
+from helpers.train.plugin_step import train_ddp
+from helpers.train.reference import train_reference
 
 
 def main() -> None:
-    p = argparse.ArgumentParser()
-    p.add_argument("--steps", type=int, default=4)
-    p.add_argument("--batch", type=int, default=8, help="global batch (sequences per step)")
-    p.add_argument("--seq", type=int, default=32)
-    p.add_argument("--lr", type=float, default=3e-3)
+    p = cli.parser()
+    cli.add_all(p, steps=4, batch=8, seq=32, lr=3e-3)
     args = p.parse_args()
     with distributed() as env:
         if args.batch % env.world_size:
@@ -72,11 +35,12 @@ def main() -> None:
         reference = train_reference(copy.deepcopy(model), on_device, args.lr)
         ids = torch.cat([b["input_ids"] for b in batches])  # (steps·batch, seq)
         dataset = TensorDataset(ids, ids.clone())
-        parallel = train_booster(model, dataset, args.batch // env.world_size, args.lr, env.device)
+        parallel = train_ddp(model, dataset, args.batch // env.world_size, args.lr, env.device)
         worst = max(abs(a - b) for a, b in zip(parallel, reference))
         if env.rank == 0:
             say(
-                f"TorchDDPPlugin on {env.world_size} ranks ({env.backend}), global batch {args.batch}"
+                f"TorchDDPPlugin on {env.world_size} ranks ({env.backend}), "
+                f"global batch {args.batch}"
             )
             for k, (a, b) in enumerate(zip(parallel, reference)):
                 say(f"step {k}: loss {a:.4f}  single-process reference {b:.4f}")

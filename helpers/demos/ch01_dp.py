@@ -1,4 +1,4 @@
-"""Data parallelism from scratch: same model on every rank, a shard of the batch each, averaged grads.
+"""Data parallelism from scratch: one model on every rank, a shard of the batch each, mean grads.
 
 Chapter 1, "the four ways to split the work", way 1. Every rank builds the same model from the same
 seed and takes its own B/P samples of the global batch of B. Because the loss is a mean over
@@ -13,31 +13,24 @@ same model on the whole batch, one backward, one SGD step.
     python -m torch.distributed.run --nproc_per_node 2 -m helpers.demos.ch01_dp --batch 8
 """
 
-import argparse
-
 import torch
 import torch.distributed as dist
 import torch.nn as nn
 
-from helpers.train.reference import check_close, global_max, randn, sig, strict_fp32
+from helpers.models.mlp import tiny_mlp
+from helpers.run import cli
 from helpers.run.env import distributed, emit, say
-
-
-def make_model(hidden: int, seed: int, device: torch.device) -> nn.Module:
-    torch.manual_seed(seed)  # the same seed on every rank: identical replicas
-    return nn.Sequential(nn.Linear(hidden, 4 * hidden), nn.Tanh(), nn.Linear(4 * hidden, 1)).to(
-        device
-    )
+from helpers.train.reference import check_close, global_max, randn, sig, strict_fp32
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = cli.parser(__doc__)
     parser.add_argument(
         "--batch", type=int, default=8, help="global batch size B (divisible by world size)"
     )
-    parser.add_argument("--hidden", type=int, default=8, help="input features h")
-    parser.add_argument("--lr", type=float, default=0.1, help="SGD learning rate")
-    parser.add_argument("--seed", type=int, default=0)
+    cli.add(parser, "hidden", 8, help="input features h")
+    cli.add(parser, "lr", 0.1, help="SGD learning rate")
+    cli.add(parser, "seed", cli.SEED)
     args = parser.parse_args()
     strict_fp32()
 
@@ -52,7 +45,7 @@ def main() -> None:
         y = randn(B, 1, seed=args.seed + 2, device=env.device)  # (B, 1)
 
         # --- data parallel: my shard, my gradient, then the average over ranks
-        model = make_model(args.hidden, args.seed, env.device)
+        model = tiny_mlp(args.hidden, args.seed, env.device)
         mine = slice(env.rank * b, (env.rank + 1) * b)
         x_local, y_local = x[mine], y[mine]  # (B/P, h), (B/P, 1)
         loss_local = nn.functional.mse_loss(model(x_local), y_local)  # mean over my B/P samples
@@ -69,7 +62,7 @@ def main() -> None:
                 p -= args.lr * p.grad
 
         # --- single-process reference: the same model on the whole batch
-        ref = make_model(args.hidden, args.seed, env.device)
+        ref = tiny_mlp(args.hidden, args.seed, env.device)
         ref_loss = nn.functional.mse_loss(ref(x), y)
         ref_loss.backward()
         with torch.no_grad():
@@ -93,14 +86,16 @@ def main() -> None:
 
         if env.rank == 0:
             say(
-                f"data parallel on {P} ranks ({env.backend}): global batch {B} -> {b} samples per rank"
+                f"data parallel on {P} ranks ({env.backend}): "
+                f"global batch {B} -> {b} samples per rank"
             )
             for r in range(P):
                 say(f"  rank {r}: samples {r * b}..{(r + 1) * b - 1}")
             say(f"full-batch loss {sig(loss.item())} = mean of the {P} per-rank losses")
             say(f"max |all-reduced grad / P - full-batch grad| = {grad_diff:.2e}")
             say(
-                f"max |param - reference param| after one SGD step (lr {args.lr}) = {param_diff:.2e}"
+                f"max |param - reference param| after one SGD step (lr {args.lr}) "
+                f"= {param_diff:.2e}"
             )
             say("OK: data parallel matches the single-process reference")
         emit(

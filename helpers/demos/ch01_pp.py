@@ -18,40 +18,27 @@ whole batch inside the rank.
     python -m torch.distributed.run --nproc_per_node 2 -m helpers.demos.ch01_pp --layers 4 --micro 4
 """
 
-import argparse
-
 import torch
 import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 
-from helpers.train.reference import check_close, global_max, randn, sig, strict_fp32
-from helpers.run.env import distributed, emit, say
+from helpers.models.mlp import run_blocks, tanh_blocks
 from helpers.parallel.pp import bubble_fraction, gpipe_order, split_layers
-
-
-def make_layers(num_layers: int, hidden: int, seed: int, device: torch.device) -> nn.ModuleList:
-    torch.manual_seed(seed)  # the same seed on every rank: stage r's layers equal the reference's
-    return nn.ModuleList(
-        nn.Sequential(nn.Linear(hidden, hidden), nn.Tanh()) for _ in range(num_layers)
-    ).to(device)
-
-
-def run(layers, x):
-    for layer in layers:
-        x = layer(x)
-    return x
+from helpers.run import cli
+from helpers.run.env import distributed, emit, say
+from helpers.train.reference import check_close, global_max, randn, sig, strict_fp32
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = cli.parser(__doc__)
     parser.add_argument(
         "--layers", type=int, default=4, help="number of blocks L (divisible by world size)"
     )
     parser.add_argument("--micro", type=int, default=4, help="number of micro-batches m")
     parser.add_argument("--micro-batch", type=int, default=2, help="samples per micro-batch")
-    parser.add_argument("--hidden", type=int, default=8, help="hidden size h")
-    parser.add_argument("--seed", type=int, default=0)
+    cli.add(parser, "hidden", 8, help="hidden size h")
+    cli.add(parser, "seed", cli.SEED)
     args = parser.parse_args()
     strict_fp32()
     L, m, mb, h = args.layers, args.micro, args.micro_batch, args.hidden
@@ -64,7 +51,7 @@ def main() -> None:
         y = randn(m * mb, h, seed=args.seed + 2, device=dev)  # (m*mb, h)
         xs, ys = x.chunk(m), y.chunk(m)  # m micro-batches of (mb, h)
 
-        all_layers = make_layers(L, h, args.seed, dev)
+        all_layers = tanh_blocks(L, h, args.seed, dev)
         mine = nn.ModuleList(all_layers[i] for i in stages[r])  # this stage's L/p blocks
 
         # --- GPipe: all m forwards ...
@@ -76,11 +63,9 @@ def main() -> None:
                 inp = torch.empty(mb, h, device=dev)
                 dist.recv(inp, src=r - 1)  # (mb, h) activation from the previous stage
                 inp.requires_grad_()
-            out = run(mine, inp)  # (mb, h)
-            if last:
-                losses.append(
-                    F.mse_loss(out, ys[i]) / m
-                )  # mean over micro-batches = full-batch loss
+            out = run_blocks(mine, inp)  # (mb, h)
+            if last:  # mean over micro-batches = full-batch loss
+                losses.append(F.mse_loss(out, ys[i]) / m)
             else:
                 dist.send(out.detach().contiguous(), dst=r + 1)
             inputs.append(inp)
@@ -94,10 +79,8 @@ def main() -> None:
                 grad = torch.empty(mb, h, device=dev)
                 dist.recv(grad, src=r + 1)  # (mb, h) dL/d(output) from the next stage
                 outputs[i].backward(grad)
-            if not first:
-                dist.send(
-                    inputs[i].grad.contiguous(), dst=r - 1
-                )  # (mb, h) dL/d(input) to the previous stage
+            if not first:  # (mb, h) dL/d(input) to the previous stage
+                dist.send(inputs[i].grad.contiguous(), dst=r - 1)
             done.append(f"B{i}")
         assert done == gpipe_order(m), f"stage {r} ran {done}, not GPipe's order {gpipe_order(m)}"
 
@@ -105,8 +88,8 @@ def main() -> None:
         dist.broadcast(loss, src=p - 1)  # the last stage's loss, for every rank to check and print
 
         # --- single-process reference: all L blocks on the whole batch
-        ref = make_layers(L, h, args.seed, dev)
-        ref_loss = F.mse_loss(run(ref, x), y)
+        ref = tanh_blocks(L, h, args.seed, dev)
+        ref_loss = F.mse_loss(run_blocks(ref, x), y)
         ref_loss.backward()
         check_close("pipeline loss", loss, ref_loss)
         grad_diff = max(
@@ -119,7 +102,8 @@ def main() -> None:
 
         if r == 0:
             say(
-                f"pipeline of L={L} blocks on p={p} stages ({env.backend}): layers_per_stage = L/p = {L // p}"
+                f"pipeline of L={L} blocks on p={p} stages ({env.backend}): "
+                f"layers_per_stage = L/p = {L // p}"
             )
             for s, idx in enumerate(stages):
                 say(f"  stage {s} (rank {s}): layers {idx}")

@@ -15,30 +15,28 @@ gloo on torch 2.13 implements ``dist.all_to_all_single`` (and ``dist.all_to_all`
 Every rank checks its slice of the output and of dL/dx, and the summed weight gradients, against
 full single-process attention (``F.scaled_dot_product_attention``) run inside the rank.
 
-With ``--dp D`` the world is a D × P grid (:class:`helpers.parallel.mesh.RankMesh`, sp fastest): each data
-replica takes b/D of the batch rows and runs Ulysses over its own sequence group, and the weight
-gradients are summed over all D·P ranks (the loss is normalised globally, so the sum is the mean).
+With ``--dp D`` the world is a D × P grid (:class:`helpers.parallel.mesh.RankMesh`, sp fastest):
+each data replica takes b/D of the batch rows and runs Ulysses over its own sequence group, and
+the weight gradients are summed over all D·P ranks (the loss is normalised globally, so the sum
+is the mean).
 
     python -m torch.distributed.run --nproc_per_node 2 -m helpers.demos.ch01_sp --seq 8 --heads 4
 """
 
-import argparse
-
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from helpers.train.reference import check_close, global_max, randn, sig, strict_fp32
-from helpers.run.env import distributed, emit, say
 from helpers.parallel.mesh import RankMesh
 from helpers.parallel.sp import causal_attention, heads_to_seq, seq_to_heads
+from helpers.run import cli
+from helpers.run.env import distributed, emit, say
+from helpers.train.reference import check_close, global_max, randn, sig, strict_fp32
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--batch", type=int, default=2, help="batch size b")
-    parser.add_argument(
-        "--seq", type=int, default=8, help="sequence length s (divisible by world size)"
-    )
+    parser = cli.parser(__doc__)
+    cli.add(parser, "batch", 2, help="batch size b")
+    cli.add(parser, "seq", 8, help="sequence length s (divisible by world size)")
     parser.add_argument(
         "--heads", type=int, default=4, help="attention heads a (divisible by world size)"
     )
@@ -46,7 +44,7 @@ def main() -> None:
     parser.add_argument(
         "--dp", type=int, default=1, help="data-parallel replicas D (world = D x P)"
     )
-    parser.add_argument("--seed", type=int, default=0)
+    cli.add(parser, "seed", cli.SEED)
     args = parser.parse_args()
     strict_fp32()
     b, s, a, d = args.batch, args.seq, args.heads, args.head_dim
@@ -70,7 +68,8 @@ def main() -> None:
             )
         if a % P:
             raise ValueError(
-                f"number of heads a={a} must be divisible by the sequence-parallel size P={P} (Ulysses splits heads)"
+                f"number of heads a={a} must be divisible by the sequence-parallel size P={P} "
+                "(Ulysses splits heads)"
             )
         x = randn(b, s, h, seed=args.seed + 1, device=dev)  # (b, s, h)
         target = randn(b, s, h, seed=args.seed + 2, device=dev)  # (b, s, h)
@@ -88,26 +87,21 @@ def main() -> None:
         o = causal_attention(q, k, v)  # (b, s, a/P, d)
         o = heads_to_seq(o, sp_group)  # (b/D, s/P, a, d)
         y_r = o.reshape(b // D, s // P, h) @ wo.T  # (b/D, s/P, h)
-        loss_r = (
-            F.mse_loss(y_r, target[rows, tokens], reduction="sum") / target.numel()
-        )  # my share of the mean
+        # my share of the mean
+        loss_r = F.mse_loss(y_r, target[rows, tokens], reduction="sum") / target.numel()
         loss_r.backward()
-        for w in (wq, wk, wv, wo):
-            dist.all_reduce(
-                w.grad
-            )  # each rank's tokens contribute to the replicated weights' grads
+        for w in (wq, wk, wv, wo):  # each rank's tokens contribute to the replicated weights' grads
+            dist.all_reduce(w.grad)
         loss = loss_r.detach().clone()
         dist.all_reduce(loss)
 
         # --- single-process reference: full attention over the whole sequence, all heads
         ref_x = x.clone().requires_grad_()
         ref_w = [w.clone().requires_grad_() for w in weights]
-        rq, rk, rv = (
-            (ref_x @ w.T).view(b, s, a, d).transpose(1, 2) for w in ref_w[:3]
-        )  # (b, a, s, d)
-        ref_o = F.scaled_dot_product_attention(rq, rk, rv, is_causal=True).transpose(
-            1, 2
-        )  # (b, s, a, d)
+        # (b, a, s, d)
+        rq, rk, rv = ((ref_x @ w.T).view(b, s, a, d).transpose(1, 2) for w in ref_w[:3])
+        # (b, s, a, d)
+        ref_o = F.scaled_dot_product_attention(rq, rk, rv, is_causal=True).transpose(1, 2)
         ref_y = ref_o.reshape(b, s, h) @ ref_w[3].T  # (b, s, h)
         ref_loss = F.mse_loss(ref_y, target)
         ref_loss.backward()
@@ -137,17 +131,21 @@ def main() -> None:
             if D > 1:
                 say(
                     f"{D} data replicas x {P} sequence ranks: replica d takes batch rows d*b/D..; "
-                    f"sequence groups {mesh.groups('sp')}, weight gradients summed over all {D * P} ranks"
+                    f"sequence groups {mesh.groups('sp')}, weight gradients summed over all "
+                    f"{D * P} ranks"
                 )
             say(
-                f"Ulysses sequence parallel on {P} ranks ({env.backend}): b={b}, s={s}, a={a} heads of d={d}, h={h}"
+                f"Ulysses sequence parallel on {P} ranks ({env.backend}): b={b}, s={s}, "
+                f"a={a} heads of d={d}, h={h}"
             )
             say(f"  x per rank {[b // D, s // P, h]} (tokens {s // P} per rank)")
             say(
-                f"  q,k,v per rank {[b // D, s // P, a, d]} -> all-to-all -> {shape_heads} (whole sequence, {a // P} of {a} heads)"
+                f"  q,k,v per rank {[b // D, s // P, a, d]} -> all-to-all -> {shape_heads} "
+                f"(whole sequence, {a // P} of {a} heads)"
             )
             say(
-                f"  attention output -> all-to-all -> {[b // D, s // P, a, d]} -> output projection {[b // D, s // P, h]}"
+                f"  attention output -> all-to-all -> {[b // D, s // P, a, d]} "
+                f"-> output projection {[b // D, s // P, h]}"
             )
             say("  communication: 4 all-to-alls forward (q, k, v, o), 4 backward")
             say(f"loss {sig(loss.item())} (reference {sig(ref_loss.item())})")

@@ -17,29 +17,24 @@ matching slices of the unsplit MLP, run on the whole input inside the rank.
     python -m torch.distributed.run --nproc_per_node 2 -m helpers.demos.ch01_tp --hidden 8
 """
 
-import argparse
-
 import torch.nn.functional as F
 
-from helpers.train.reference import check_close, global_max, randn, sig, strict_fp32
-from helpers.run.env import distributed, emit, say
+from helpers.models.mlp import gelu_mlp
 from helpers.parallel.tp import f, g, shard
-
-
-def mlp(x, w1, b1, w2, b2):
-    """The unsplit MLP (and, with shards, one rank's part of it)."""
-    return F.gelu(x @ w1.T + b1) @ w2.T + b2
+from helpers.run import cli
+from helpers.run.env import distributed, emit, say
+from helpers.train.reference import check_close, global_max, randn, sig, strict_fp32
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--batch", type=int, default=2, help="batch size b")
-    parser.add_argument("--seq", type=int, default=4, help="sequence length s")
-    parser.add_argument("--hidden", type=int, default=8, help="hidden size h")
+    parser = cli.parser(__doc__)
+    cli.add(parser, "batch", 2, help="batch size b")
+    cli.add(parser, "seq", 4, help="sequence length s")
+    cli.add(parser, "hidden", 8, help="hidden size h")
     parser.add_argument(
         "--ffn", type=int, default=None, help="MLP width (default 4h; divisible by world size)"
     )
-    parser.add_argument("--seed", type=int, default=0)
+    cli.add(parser, "seed", cli.SEED)
     args = parser.parse_args()
     strict_fp32()
     h = args.hidden
@@ -75,7 +70,7 @@ def main() -> None:
 
         # --- single-process reference: the unsplit MLP on the same input
         ref = [t.clone().requires_grad_() for t in (x, w1, b1, w2, b2)]
-        ref_y = mlp(*ref)
+        ref_y = gelu_mlp(*ref)
         ref_loss = F.mse_loss(ref_y, target)
         ref_loss.backward()
         rx, rw1, rb1, rw2, rb2 = (t.grad for t in ref)
@@ -99,13 +94,16 @@ def main() -> None:
 
         if r == 0:
             say(
-                f"tensor-parallel MLP on {P} ranks ({env.backend}): h={h}, 4h={ffn} -> {ffn // P} MLP columns per rank"
+                f"tensor-parallel MLP on {P} ranks ({env.backend}): h={h}, 4h={ffn} -> "
+                f"{ffn // P} MLP columns per rank"
             )
             say(
-                f"  W1 {tuple(w1.shape)} -> {tuple(w1_r.shape)} per rank (column-parallel, split on output)"
+                f"  W1 {tuple(w1.shape)} -> {tuple(w1_r.shape)} per rank "
+                f"(column-parallel, split on output)"
             )
             say(
-                f"  W2 {tuple(w2.shape)} -> {tuple(w2_r.shape)} per rank (row-parallel, split on input)"
+                f"  W2 {tuple(w2.shape)} -> {tuple(w2_r.shape)} per rank "
+                f"(row-parallel, split on input)"
             )
             say("  communication: 1 all-reduce forward (g), 1 all-reduce backward (f)")
             say(f"loss {sig(loss.item())}, max |Y - reference Y| = {out_diff:.2e}")

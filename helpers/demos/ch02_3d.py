@@ -1,125 +1,79 @@
 """Three-dimensional parallelism from scratch: data × pipeline × tensor on one rank grid.
 
 Chapter 2 (combining dimensions), the seed's D × P × T example at small scale. The world of
-G = D·P·T processes is the :class:`helpers.parallel.mesh.RankMesh` grid (Colossal-AI's axis order, tensor
-fastest); each rank holds one piece of the model and one slice of the data:
+G = D·P·T processes is the :class:`helpers.parallel.mesh.RankMesh` grid (Colossal-AI's axis order,
+tensor fastest); each rank holds one piece of the model and one slice of the data:
 
-* **tensor** (T): every block is a Megatron MLP ``x + g(GeLU(f(x) A_t) B_t) + b`` with ``A`` split by
-  columns and ``B`` by rows over the tensor group (:mod:`helpers.parallel.tp`'s f and g);
-* **pipeline** (P): the L blocks are cut into P stages (:func:`helpers.parallel.pp.split_layers`); the
-  stages pass activations forward and gradients backward with send/recv to the rank with the same
-  (dp, tp) coordinates in the next or previous stage, in GPipe's order over m micro-batches;
+* **tensor** (T): every block is a Megatron MLP ``x + g(GeLU(f(x) A_t) B_t) + b`` with ``A``
+  split by columns and ``B`` by rows over the tensor group (:mod:`helpers.parallel.tp`'s f and g);
+* **pipeline** (P): the L blocks are cut into P stages (:func:`helpers.parallel.pp.split_layers`);
+  the stages pass activations forward and gradients backward with send/recv to the rank with the
+  same (dp, tp) coordinates in the next or previous stage, in GPipe's order over m micro-batches
+  (:func:`helpers.train.grid3d.pipeline_step`);
 * **data** (D): replica d trains on rows ``d·m·b .. (d+1)·m·b`` of the global batch; after the
   backward pass each gradient is averaged over the data group (an all-reduce over D ranks).
 
 Each step every rank compares the loss and its own gradient shards with the unsplit model trained
-on the whole batch inside the rank; then both take the same optimizer step (SGD, Adam, or Adam with
-ZeRO-1 over the data group: :class:`helpers.parallel.zero.Zero1Adam`), on a fresh batch each step.
+on the whole batch inside the rank; then both take the same optimizer step (SGD, Adam, or Adam
+with ZeRO-1 over the data group: :class:`helpers.parallel.zero.Zero1Adam`), on a fresh batch each
+step.
 
-    python -m torch.distributed.run --nproc_per_node 8 -m helpers.demos.ch02_3d --pp 2 --tp 2
+    torchrun --nproc_per_node 8 -m helpers.demos.ch02_3d --pp 2 --tp 2
 """
-
-import argparse
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from helpers.train.reference import check_close, global_max, randn, sig, strict_fp32
-from helpers.run.env import distributed, emit, say
 from helpers.parallel.mesh import RankMesh, process_groups
 from helpers.parallel.pp import split_layers
 from helpers.parallel.tp import mlp_block, mlp_blocks, shard_mlp_blocks
 from helpers.parallel.zero import Zero1Adam, adam_step_
-
-
-def compare_shards(params, full, layers, tp_rank: int, tp: int, what: str, when: str) -> float:
-    """Max |difference| between this rank's shards (their ``.grad`` or ``.data``) and the same slices
-    of the unsplit model's; raises if any is outside the fp32 tolerance."""
-    diff = 0.0
-    for i, p in zip(layers, params):
-        want = shard_mlp_blocks(
-            [{k: getattr(v, what) for k, v in full[i].items()}], [0], tp_rank, tp
-        )[0]
-        diff = max(
-            diff,
-            *(check_close(f"{when} layer {i} {what} {k}", getattr(p[k], what), want[k]) for k in p),
-        )
-    return diff
-
-
-def pipeline_step(params, xs, ys, coords, mesh, tp_group, device):
-    """GPipe over this replica's micro-batches; returns the replica's loss on the last stage (or None)."""
-    pp, PP = coords["pp"], mesh.pp
-    nxt = mesh.rank_of(dp=coords["dp"], pp=pp + 1, tp=coords["tp"]) if pp < PP - 1 else None
-    prev = mesh.rank_of(dp=coords["dp"], pp=pp - 1, tp=coords["tp"]) if pp > 0 else None
-    inputs, outputs, losses = [], [], []
-    for x, y in zip(xs, ys):  # all forwards ...
-        if prev is None:
-            inp = x
-        else:
-            inp = torch.empty_like(x)
-            dist.recv(inp, src=prev)  # (mb, h) from the previous stage, same dp and tp coordinates
-            inp.requires_grad_()
-        out = inp
-        for p in params:
-            out = mlp_block(out, p, tp_group)
-        if nxt is None:
-            losses.append(F.mse_loss(out, y) / len(xs))
-        else:
-            dist.send(out.detach().contiguous(), dst=nxt)
-        inputs.append(inp)
-        outputs.append(out)
-    for i in reversed(range(len(xs))):  # ... then all backwards, last micro-batch first
-        if nxt is None:
-            losses[i].backward()
-        else:
-            grad = torch.empty_like(outputs[i])
-            dist.recv(grad, src=nxt)
-            outputs[i].backward(grad)
-        if prev is not None:
-            dist.send(inputs[i].grad.contiguous(), dst=prev)
-    return torch.stack(losses).sum().detach() if nxt is None else None
+from helpers.run import cli
+from helpers.run.env import distributed, emit, say
+from helpers.train.grid3d import compare_shards, pipeline_step
+from helpers.train.reference import check_close, global_max, randn, sig, strict_fp32
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--pp", type=int, default=2, help="pipeline stages P")
-    parser.add_argument("--tp", type=int, default=2, help="tensor-parallel degree T")
-    parser.add_argument("--layers", type=int, default=4, help="blocks L (divisible by P)")
-    parser.add_argument("--hidden", type=int, default=8, help="hidden size h (4h divisible by T)")
+    parser = cli.parser(__doc__)
+    cli.add(parser, "pp", 2, help="pipeline stages P")
+    cli.add(parser, "tp", 2, help="tensor-parallel degree T")
+    cli.add(parser, "layers", 4, help="blocks L (divisible by P)")
+    cli.add(parser, "hidden", 8, help="hidden size h (4h divisible by T)")
     parser.add_argument("--micro", type=int, default=2, help="micro-batches m per replica")
     parser.add_argument("--micro-batch", type=int, default=2, help="rows per micro-batch")
-    parser.add_argument("--steps", type=int, default=2)
-    parser.add_argument("--lr", type=float, default=0.1)
+    cli.add(parser, "steps", 2)
+    cli.add(parser, "lr", 0.1, help=None)
     parser.add_argument(
         "--optimizer",
         choices=("sgd", "adam", "zero1"),
         default="sgd",
         help="zero1: Adam with its states sharded over the data group",
     )
-    parser.add_argument("--seed", type=int, default=0)
+    cli.add(parser, "seed", cli.SEED)
     args = parser.parse_args()
     strict_fp32()
     with distributed() as env:
-        mesh = RankMesh.for_world(
-            env.world_size, pp=args.pp, tp=args.tp
-        )  # D = G / (P·T), checked there
+        # D = G / (P·T), checked there
+        mesh = RankMesh.for_world(env.world_size, pp=args.pp, tp=args.tp)
         c, dev, D = mesh.coords(env.rank), env.device, mesh.dp
         groups = process_groups(mesh, ("tp", "dp"))
         stages = split_layers(args.layers, args.pp)
         full = mlp_blocks(args.layers, args.hidden, args.seed, dev)  # the reference, whole
         params = shard_mlp_blocks(full, stages[c["pp"]], c["tp"], args.tp)
-        m, mb, h, last = args.micro, args.micro_batch, args.hidden, c["pp"] == args.pp - 1
+        m, mb, h = args.micro, args.micro_batch, args.hidden
         losses, ref_losses, diffs, weight_diffs = [], [], [], []
-        mine_t, full_t = (
-            [t for p in params for t in p.values()],
-            [t for p in full for t in p.values()],
-        )
+        mine_t = [t for p in params for t in p.values()]
+        full_t = [t for p in full for t in p.values()]
         zero = Zero1Adam(mine_t, groups.get("dp"), args.lr) if args.optimizer == "zero1" else None
-        adam = {
-            id(t): (torch.zeros_like(t), torch.zeros_like(t)) for t in mine_t + full_t
-        }  # m, v per tensor
+        # Adam's m and v per tensor
+        adam = {id(t): (torch.zeros_like(t), torch.zeros_like(t)) for t in mine_t + full_t}
+
+        def shard_diff(what: str, when: str) -> float:
+            found = compare_shards(params, full, stages[c["pp"]], c["tp"], args.tp, what, when)
+            return global_max(found, dev)
+
         for step in range(args.steps):
             x = randn(D * m * mb, h, seed=1000 + step, device=dev)  # (D·m·b, h): the global batch
             y = randn(D * m * mb, h, seed=2000 + step, device=dev)
@@ -127,19 +81,16 @@ def main() -> None:
             loss = pipeline_step(
                 params, x[mine].chunk(m), y[mine].chunk(m), c, mesh, groups.get("tp"), dev
             )
-            for t in (
-                mine_t if zero is None else []
-            ):  # data parallelism: average every gradient over D
+            # data parallelism: average every gradient over D (ZeRO-1 reduce-scatters instead)
+            for t in mine_t if zero is None else []:
                 dist.all_reduce(t.grad, group=groups.get("dp"))
                 t.grad /= D
-            held = (
-                torch.zeros(2, device=dev)
-                if loss is None
-                else torch.stack([torch.ones((), device=dev), loss])
-            )
-            dist.all_reduce(
-                held
-            )  # the last stages' replica losses: mean over replicas = global loss
+            if loss is None:
+                held = torch.zeros(2, device=dev)
+            else:
+                held = torch.stack([torch.ones((), device=dev), loss])
+            # the last stages' replica losses: mean over replicas = global loss
+            dist.all_reduce(held)
             losses.append(held[1] / held[0])
             out = x  # the reference: every block, the whole batch
             for p in full:
@@ -148,46 +99,25 @@ def main() -> None:
             ref.backward()
             ref_losses.append(ref.detach())
             check_close(f"step {step} loss", losses[-1], ref)
-            if (
-                zero is None
-            ):  # under ZeRO-1 a replica never holds the averaged gradient: weights are checked
-                diffs.append(
-                    global_max(
-                        compare_shards(
-                            params, full, stages[c["pp"]], c["tp"], args.tp, "grad", f"step {step}"
-                        ),
-                        dev,
-                    )
-                )
+            # under ZeRO-1 a replica never holds the averaged gradient: weights are checked
+            if zero is None:
+                diffs.append(shard_diff("grad", f"step {step}"))
             if zero is not None:  # ZeRO-1: reduce-scatter, Adam on my slice, all-gather
                 zero.step()
-            with (
-                torch.no_grad()
-            ):  # the same step on the pieces (unless ZeRO did it) and on the whole
+            # the same step on the pieces (unless ZeRO did it) and on the whole
+            with torch.no_grad():
                 for t in full_t if zero is not None else mine_t + full_t:
                     if args.optimizer == "sgd":
                         t -= args.lr * t.grad
                     else:
                         adam_step_(t, t.grad, *adam[id(t)], step + 1, args.lr)
                     t.grad = None
-            weight_diffs.append(
-                global_max(
-                    compare_shards(
-                        params,
-                        full,
-                        stages[c["pp"]],
-                        c["tp"],
-                        args.tp,
-                        "data",
-                        f"after step {step}",
-                    ),
-                    dev,
-                )
-            )
+            weight_diffs.append(shard_diff("data", f"after step {step}"))
         if env.rank == 0:
             say(
                 f"G = {env.world_size} = D {D} x P {args.pp} x T {args.tp} ({env.backend}); "
-                f"layers per stage {stages}, global batch {D * m * mb} = D x {m} micro-batches x {mb}"
+                f"layers per stage {stages}, global batch {D * m * mb} = D x {m} micro-batches "
+                f"x {mb}"
             )
             for step, (a, b, w) in enumerate(zip(losses, ref_losses, weight_diffs)):
                 grads = f", max |grad - unsplit| {diffs[step]:.1e}" if diffs else ""

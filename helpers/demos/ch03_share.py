@@ -1,152 +1,38 @@
 """The seed's communication share on a real training step, and its three remedies, measured.
 
-Chapter 3. Trains a small Llama (:mod:`helpers.models.llama`, fresh batches every step) on all ranks in
-each case ``layout:global_batch`` of ``--cases``: ``tp`` (Megatron tensor parallelism), ``dp`` (one
-all-reduce of all gradients after backward) or ``ddp`` (DistributedDataParallel, gradient buckets
-all-reduced during backward). Each case times the same steps with communication on and off
-(:mod:`helpers.train.share`): t_compute = median step time without communication, t_comm = median step
-time with it minus t_compute (the exposed communication), share = t_comm / (t_comm + t_compute).
-On GPUs a few more steps run under torch.profiler to read the NCCL kernels' own time as well.
+Chapter 3. Trains a small Llama (:mod:`helpers.models.llama`, fresh batches every step) on all
+ranks in each case ``layout:global_batch`` of ``--cases``: ``tp`` (Megatron tensor parallelism),
+``dp`` (one all-reduce of all gradients after backward) or ``ddp`` (DistributedDataParallel,
+gradient buckets all-reduced during backward). Each case times the same steps with communication
+on and off (:mod:`helpers.train.share_cases`): t_compute = median step time without
+communication, t_comm = median step time with it minus t_compute (the exposed communication),
+share = t_comm / (t_comm + t_compute). On GPUs a few more steps run under torch.profiler to read
+the NCCL kernels' own time as well.
 
 Checks: the tp model's first loss equals the unsplit model's (asserted in fp32, recorded in bf16),
 and after the timed steps with communication every rank holds the same replicated parameters, bit
 for bit (recorded; the tests assert it). Rank 0 emits one RESULT per case.
 
-    python -m torch.distributed.run --nproc_per_node 2 -m helpers.demos.ch03_share --cases tp:2,dp:2,dp:8,ddp:8
+    torchrun --nproc_per_node 2 -m helpers.demos.ch03_share --cases tp:2,dp:2,dp:8,ddp:8
 """
-
-import argparse
-import statistics
 
 import torch
 
-from helpers.cost.comm import comm_share, ops_bytes_sent, tp_layer_ops
-from helpers.run.env import distributed, emit, say, sync
-from helpers.train.share import Trainer, nccl_kernel_times, replicas_agree, time_steps
-from helpers.models.llama import build_llama, llama_config, llama_params, shard_batch, token_batch
-
-CPU_CASES = "tp:2,dp:2,dp:8,ddp:8"
-GPU_CASES = "tp:2,dp:2,dp:8,ddp:8,tp:8,tp:32,dp:32,ddp:32"
-CPU_MODEL = dict(layers=2, hidden=64, heads=4, vocab=256, seq=32)
-GPU_MODEL = dict(
-    layers=4, hidden=1024, heads=16, vocab=32000, seq=512
-)  # as recorded in results/2xNVIDIA-H200
-
-
-def parse_cases(text: str) -> list[tuple[str, int]]:
-    """'tp:2,dp:8' -> [('tp', 2), ('dp', 8)]."""
-    cases = []
-    for item in text.split(","):
-        layout, _, batch = item.strip().partition(":")
-        if layout not in ("tp", "dp", "ddp") or not batch.isdigit() or int(batch) < 1:
-            raise ValueError(
-                f"bad case {item!r}: use layout:global_batch with layout tp, dp or ddp, e.g. dp:8"
-            )
-        cases.append((layout, int(batch)))
-    return cases
-
-
-def run_case(layout, global_batch, args, env, dtype):
-    config = llama_config(
-        layers=args.layers,
-        hidden=args.hidden,
-        heads=args.heads,
-        vocab=args.vocab,
-        max_seq=args.seq,
-        attn="sdpa",
-    )
-    n, dev = env.world_size, env.device
-    if layout != "tp" and global_batch % n:
-        raise ValueError(f"global batch {global_batch} does not split over {n} data-parallel ranks")
-    steps = args.warmup + 4 * args.steps + args.profile_steps
-    batches = []
-    for k in range(steps):
-        full = token_batch(k, global_batch, args.seq, config.vocab_size)
-        part = full if layout == "tp" else shard_batch(full, env.rank, n)
-        batches.append({name: t.to(dev) for name, t in part.items()})
-    with torch.device(dev):  # initialise where it trains
-        model = build_llama(config, dtype=dtype)
-    first_loss_diff = None
-    if layout == "tp":  # the split model must compute the unsplit model's loss
-        with torch.no_grad():
-            want = model(**batches[0]).loss.float()
-    trainer = Trainer(layout, model, n)
-    if layout == "tp":
-        with torch.no_grad():
-            first_loss_diff = abs(float(trainer.model(**batches[0]).loss.float() - want))
-        if (
-            dtype == torch.float32
-        ):  # 16-bit: recorded, not asserted (a timing run must not die on round-off)
-            assert first_loss_diff < 1e-4, (
-                f"tensor-parallel loss differs from the unsplit model's by {first_loss_diff:.2e}"
-            )
-    for b in batches[: args.warmup]:
-        trainer.step(b)
-    sync(dev)
-    rest = batches[args.warmup :]
-    chunks = [rest[i * args.steps : (i + 1) * args.steps] for i in range(4)] + [
-        rest[4 * args.steps :]
-    ]
-    on = time_steps(trainer, chunks[0], True, dev)
-    agree = replicas_agree(trainer.model, layout)  # recorded; tests/test_ch03.py asserts it
-    if not agree and env.rank == 0:
-        say(f"WARNING {layout}: replicas differ after steps with communication")
-    off = time_steps(trainer, chunks[1], False, dev)
-    on += time_steps(trainer, chunks[2], True, dev)
-    off += time_steps(trainer, chunks[3], False, dev)
-    kernels = nccl_kernel_times(trainer, chunks[4] if len(chunks) > 4 else [], dev)
-    t_step, t_compute = statistics.median(on), statistics.median(off)
-    t_comm = max(0.0, t_step - t_compute)
-    share, advice = comm_share(t_comm, t_compute)
-    params, elem = llama_params(config), torch.tensor([], dtype=dtype).element_size()
-    if layout == "tp":
-        ops = tp_layer_ops(global_batch, args.seq, args.hidden, elem) * args.layers
-        per_rank = global_batch
-    else:
-        ops = [("all_reduce", float(params * elem))]
-        per_rank = global_batch // n
-    del trainer, model
-    if dev.type == "cuda":
-        torch.cuda.empty_cache()
-    return dict(
-        layout=layout,
-        global_batch=global_batch,
-        per_rank_batch=per_rank,
-        seq=args.seq,
-        n=n,
-        overlap=layout == "ddp",
-        t_step=t_step,
-        t_compute=t_compute,
-        t_comm=t_comm,
-        share=share,
-        above_half=advice is not None,
-        tokens_per_s=global_batch * args.seq / t_step,
-        steps_on=on,
-        steps_off=off,
-        replicas_agree=agree,
-        first_loss_diff=first_loss_diff,
-        params=params,
-        dtype=str(dtype).removeprefix("torch."),
-        comm_ops=ops,
-        comm_bytes=ops_bytes_sent(ops, n) if n > 1 else 0.0,
-        messages=len(ops),
-        model=dict(layers=args.layers, hidden=args.hidden, heads=args.heads, vocab=args.vocab),
-        backend=env.backend,
-        **kernels,
-    )
+from helpers.run import cli
+from helpers.run.env import distributed, emit, say
+from helpers.train.share_cases import CPU_CASES, CPU_MODEL, GPU_CASES, GPU_MODEL, parse_cases
+from helpers.train.share_cases import run_case
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = cli.parser(__doc__)
     p.add_argument(
         "--cases", default=None, help=f"layout:global_batch,... (CPU {CPU_CASES}; GPU {GPU_CASES})"
     )
     for key in ("layers", "hidden", "heads", "vocab", "seq"):
         p.add_argument(f"--{key}", type=int, default=None)
-    p.add_argument(
-        "--steps", type=int, default=None, help="timed steps per block (4 blocks: on, off, on, off)"
-    )
-    p.add_argument("--warmup", type=int, default=2)
+    cli.add(p, "steps", None, help="timed steps per block (4 blocks: on, off, on, off)")
+    cli.add(p, "warmup", 2, help=None)
     p.add_argument(
         "--profile_steps",
         type=int,
@@ -161,22 +47,22 @@ def main() -> None:
         for key, value in (GPU_MODEL if env.is_gpu else CPU_MODEL).items():
             setattr(args, key, getattr(args, key) or value)
         args.steps = args.steps or (6 if env.is_gpu else 2)
-        args.profile_steps = (
-            (3 if env.is_gpu else 0) if args.profile_steps is None else args.profile_steps
-        )
-        dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[
-            args.dtype or ("bf16" if env.is_gpu else "fp32")
-        ]
+        if args.profile_steps is None:
+            args.profile_steps = 3 if env.is_gpu else 0
+        words = {"fp32": torch.float32, "bf16": torch.bfloat16}
+        dtype = words[args.dtype or ("bf16" if env.is_gpu else "fp32")]
         if dtype == torch.float32:
             torch.backends.cuda.matmul.allow_tf32 = False
         cases = parse_cases(args.cases or (GPU_CASES if env.is_gpu else CPU_CASES))
         if env.rank == 0:
             say(
-                f"communication share on {env.world_size} ranks ({env.backend}), {dtype}, model {args.layers}L "
+                f"communication share on {env.world_size} ranks ({env.backend}), {dtype}, "
+                f"model {args.layers}L "
                 f"h={args.hidden} v={args.vocab}, seq {args.seq}"
             )
             say(
-                f"{'layout':<6}{'batch':>6}{'step ms':>10}{'compute ms':>12}{'comm ms':>10}{'share':>8}{'tokens/s':>12}"
+                f"{'layout':<6}{'batch':>6}{'step ms':>10}{'compute ms':>12}{'comm ms':>10}"
+                f"{'share':>8}{'tokens/s':>12}"
             )
         for layout, batch in cases:
             r = run_case(layout, batch, args, env, dtype)

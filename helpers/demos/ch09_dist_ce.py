@@ -9,40 +9,19 @@ whose gradient is softmax − one-hot. Each rank here holds half of a 64-word vo
 target's logit leads the others by a growing margin (the model becoming sure of a memorised
 batch). The demo runs Colossal-AI's own function and compares its loss and the target logit's
 gradient with PyTorch's cross-entropy on the whole logits in bf16 and in fp32 (the exact value
-is p − 1).
+is p − 1; :mod:`helpers.train.ce_check`).
 """
-
-import argparse
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 
+from helpers.run import cli
 from helpers.run.env import distributed, emit, say
-
-VOCAB, TOKENS = 64, 4
-
-
-def logits_with_margin(margin: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """(TOKENS, VOCAB) logits whose target leads every other word by at least ``margin``."""
-    g = torch.Generator().manual_seed(0)
-    logits = torch.randn(TOKENS, VOCAB, generator=g)
-    target = torch.randint(0, VOCAB, (TOKENS,), generator=g)
-    logits[torch.arange(TOKENS), target] = logits.max(dim=1).values + margin
-    return logits, target
-
-
-def torch_loss_and_target_grad(
-    logits: torch.Tensor, target: torch.Tensor, dtype
-) -> tuple[float, list[float]]:
-    x = logits.to(dtype).requires_grad_()
-    loss = F.cross_entropy(x, target, reduction="sum")
-    loss.backward()
-    return loss.item(), x.grad[torch.arange(TOKENS), target].float().tolist()
+from helpers.train.ce_check import TOKENS, VOCAB, logits_with_margin, torch_loss_and_target_grad
 
 
 def main() -> None:
-    p = argparse.ArgumentParser()
+    p = cli.parser()
     p.add_argument("--margins", default="2,6,10,14,18")
     args = p.parse_args()
     with distributed(backend="gloo") as env:
@@ -52,9 +31,8 @@ def main() -> None:
         mine = slice(env.rank * part, (env.rank + 1) * part)
         for margin in (float(m) for m in args.margins.split(",")):
             logits, target = logits_with_margin(margin)
-            local = (
-                logits.to(torch.bfloat16)[:, mine].clone().requires_grad_()
-            )  # (tokens, vocab/tp)
+            # (tokens, vocab/tp)
+            local = logits.to(torch.bfloat16)[:, mine].clone().requires_grad_()
             loss = cross_entropy_1d(
                 local,
                 target,
@@ -74,8 +52,10 @@ def main() -> None:
             others[torch.arange(TOKENS), target] = 0
             if env.rank == 0:
                 say(
-                    f"margin {margin:4.0f}: loss exact {exact_loss:.3e}, Colossal-AI {loss.item():.3e}; "
-                    f"target gradient exact {exact[0]:.2e}, PyTorch bf16 {bf16[0]:.2e}, Colossal-AI {dist_target[0]:.2e}"
+                    f"margin {margin:4.0f}: loss exact {exact_loss:.3e}, "
+                    f"Colossal-AI {loss.item():.3e}; "
+                    f"target gradient exact {exact[0]:.2e}, PyTorch bf16 {bf16[0]:.2e}, "
+                    f"Colossal-AI {dist_target[0]:.2e}"
                 )
                 emit(
                     margin=margin,

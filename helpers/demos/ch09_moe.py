@@ -1,7 +1,7 @@
 """Chapter 9: expert parallelism from scratch, checked against a single-process MoE layer.
 
     torchrun --nproc_per_node 2 -m helpers.demos.ch09_moe --experts 4 --k 2 --capacity_factor 1.0
-    torchrun --nproc_per_node 4 -m helpers.demos.ch09_moe --dp 2     # ep = 2 inside each of 2 data replicas
+    torchrun --nproc_per_node 4 -m helpers.demos.ch09_moe --dp 2     # ep 2 in each of 2 replicas
 
 The world is a dp × ep grid (:func:`helpers.parallel.ep.expert_data_grid`, ``--dp`` replicas, ep =
 world / dp). Every rank builds the same full :class:`helpers.parallel.ep.MoELayer` (seeded) as the
@@ -12,40 +12,26 @@ for this rank's tokens. The objective is the mean of every rank's loss, as in da
 so after one backward: the router, replicated on every rank, gets its gradient averaged over all
 ranks; an expert's gradient, which the all-to-all's backward has already summed over the ep ranks
 whose tokens it served, is divided by ep (Colossal-AI's EPGradScalerIn does the same) and averaged
-over its data group. Both must equal the reference's gradients. The load per expert (tokens
-routed, kept within the capacity, dropped) is reported from every rank.
+over its data group (:mod:`helpers.train.moe_check`). Both must equal the reference's gradients.
+The load per expert (tokens routed, kept within the capacity, dropped) is reported from every
+rank.
 """
-
-import argparse
 
 import torch
 import torch.distributed as dist
 
-from helpers.run.env import distributed, emit, max_abs_diff, say
 from helpers.parallel.ep import MoELayer, expert_data_grid, expert_parallel_forward
-
-AUX_WEIGHT = 0.01
-
-
-def group_tokens(rank: int, tokens: int, hidden: int, skew: float) -> torch.Tensor:
-    """This rank's tokens; ``skew`` > 0 shifts them along one direction so routing is unbalanced."""
-    g = torch.Generator().manual_seed(1000 + rank)
-    x = torch.randn(tokens, hidden, generator=g)
-    return x + skew * torch.ones(hidden) / hidden**0.5
-
-
-def objective(out: torch.Tensor, aux: torch.Tensor, rank: int) -> torch.Tensor:
-    """A loss with a different target per rank, so every gradient is non-trivial."""
-    target = torch.randn(out.shape, generator=torch.Generator().manual_seed(2000 + rank))
-    return ((out - target) ** 2).sum() + AUX_WEIGHT * aux
+from helpers.run import cli
+from helpers.run.env import distributed, emit, max_abs_diff, say
+from helpers.train.moe_check import average_grads, group_tokens, objective, reference_grads
 
 
 def main() -> None:
-    p = argparse.ArgumentParser()
+    p = cli.parser()
     p.add_argument("--experts", type=int, default=4)
     p.add_argument("--k", type=int, default=2)
     p.add_argument("--tokens", type=int, default=32, help="tokens per rank")
-    p.add_argument("--hidden", type=int, default=16)
+    cli.add(p, "hidden", 16)
     p.add_argument("--ffn", type=int, default=32)
     p.add_argument("--capacity_factor", type=float, default=1.0)
     p.add_argument("--skew", type=float, default=0.0)
@@ -56,7 +42,8 @@ def main() -> None:
         ep = len(ep_groups[0])
         if env.world_size != ep * args.dp or args.experts % ep:
             raise ValueError(
-                f"{env.world_size} ranks, --dp {args.dp}, {args.experts} experts: need world = dp·ep "
+                f"{env.world_size} ranks, --dp {args.dp}, {args.experts} experts: "
+                "need world = dp·ep "
                 "and experts divisible by ep"
             )
         ep_rank, dp_rank = env.rank % ep, env.rank // ep
@@ -68,14 +55,10 @@ def main() -> None:
         full = MoELayer(args.hidden, args.ffn, args.experts, args.k, args.capacity_factor)
         x = group_tokens(env.rank, args.tokens, args.hidden, args.skew)
 
-        # reference: the whole layer in one process on every rank's tokens (one GShard group each);
-        # the gradient of the mean loss = the sum of the groups' gradients / world
+        # reference: the whole layer in one process on every rank's tokens (one GShard group each)
         ref_out, ref_routing, ref_aux = full(x)
         objective(ref_out, ref_aux, env.rank).backward()
-        ref_grads = {n: p.grad.clone() for n, p in full.named_parameters()}
-        for g in ref_grads.values():
-            dist.all_reduce(g)
-            g /= env.world_size
+        ref_grads = reference_grads(full, env.world_size)
 
         router = full.router.detach().clone().requires_grad_()
         w_in = full.w_in.detach()[mine].clone().requires_grad_()  # (E/ep, h, f): my experts only
@@ -84,15 +67,7 @@ def main() -> None:
             x, router, w_in, w_out, args.k, args.capacity_factor, ep_group
         )
         objective(out, aux, env.rank).backward()
-        dist.all_reduce(router.grad)  # replicated on every rank: average over all of them
-        router.grad /= env.world_size
-        for w in (
-            w_in,
-            w_out,
-        ):  # summed over the ep group by the all-to-all: / ep, then average over dp
-            w.grad /= ep
-            dist.all_reduce(w.grad, group=dp_group)
-            w.grad /= args.dp
+        average_grads(router, (w_in, w_out), ep, args.dp, dp_group, env.world_size)
 
         diffs = dict(
             output=max_abs_diff(out, ref_out),
@@ -107,13 +82,13 @@ def main() -> None:
             assert d < 1e-4, (
                 f"expert-parallel {name} differs from the single-process layer by {d:.2e}"
             )
-        routed, kept = (
-            routing.routed_per_expert(args.experts),
-            routing.kept_per_expert(args.experts),
-        )
+        routed = routing.routed_per_expert(args.experts)
+        kept = routing.kept_per_expert(args.experts)
         say(
-            f"rank {env.rank} (dp {dp_rank}, ep {ep_rank}): experts {mine.start}-{mine.stop - 1}, capacity "
-            f"{routing.capacity}, routed {routed.tolist()}, kept {kept.tolist()}, max diff {max(diffs.values()):.1e}"
+            f"rank {env.rank} (dp {dp_rank}, ep {ep_rank}): experts {mine.start}-{mine.stop - 1}, "
+            f"capacity "
+            f"{routing.capacity}, routed {routed.tolist()}, kept {kept.tolist()}, "
+            f"max diff {max(diffs.values()):.1e}"
         )
         emit(
             experts=args.experts,

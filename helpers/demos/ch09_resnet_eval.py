@@ -7,27 +7,17 @@ plain state dict of the unwrapped model, so the model the training script built 
 directly. Loading copies into fp32 parameters, so a checkpoint of an fp16 plugin loads too.
 """
 
-import argparse
-
 import torch
-from torch.utils.data import DataLoader
 
-from helpers.run.env import choose_backend, deterministic, emit, say
 from helpers.models.data import datasets
 from helpers.models.resnet import model_for
-
-
-@torch.no_grad()
-def accuracy(model, test_set, device, batch_size: int = 100) -> float:
-    model.eval()
-    correct = 0
-    for images, labels in DataLoader(test_set, batch_size=batch_size, shuffle=False):
-        correct += (model(images.to(device)).argmax(dim=1).cpu() == labels).sum().item()
-    return correct / len(test_set)
+from helpers.run import cli
+from helpers.run.env import choose_backend, deterministic, emit, say
+from helpers.train.resnet import accuracy
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = cli.parser(__doc__)
     p.add_argument("-c", "--checkpoint", required=True, help="the training run's checkpoint folder")
     p.add_argument("-e", "--epoch", type=int, required=True, help="evaluate model_EPOCH.pth")
     p.add_argument("--data", choices=("digits", "cifar10"), default="cifar10")
@@ -40,7 +30,8 @@ def main() -> None:
     _, test_set = datasets(args.data)
     acc = accuracy(model, test_set, device)
     say(
-        f"Accuracy of the model on the {len(test_set)} test images after epoch {args.epoch}: {acc * 100:.2f} %"
+        f"Accuracy of the model on the {len(test_set)} test images after epoch {args.epoch}: "
+        f"{acc * 100:.2f} %"
     )
     emit(epoch=args.epoch, accuracy=round(acc, 4), data=args.data, test_images=len(test_set))
 

@@ -17,22 +17,21 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from helpers.train.reference import randn, strict_fp32
-from helpers.demos.ch01_pp import make_layers, run
-from helpers.run.env import distributed, emit, say
+from helpers.models.mlp import run_blocks, tanh_blocks
 from helpers.parallel.pp import split_layers
+from helpers.run.env import distributed, emit, say
+from helpers.train.reference import randn, strict_fp32
 
 LAYERS, HIDDEN, MICRO, MICRO_BATCH, SEED = 4, 8, 4, 2, 0
 
 
 def main() -> None:
     strict_fp32()
-    with distributed(
-        backend="gloo"
-    ) as env:  # a bookkeeping lesson: the same CPU numbers on every machine
+    # a bookkeeping lesson: the same CPU numbers on every machine
+    with distributed(backend="gloo") as env:
         p, r, dev = env.world_size, env.rank, env.device
         first, last = r == 0, r == p - 1
-        layers = make_layers(LAYERS, HIDDEN, SEED, dev)
+        layers = tanh_blocks(LAYERS, HIDDEN, SEED, dev)
         mine = [layers[i] for i in split_layers(LAYERS, p)[r]]
         x = randn(MICRO * MICRO_BATCH, HIDDEN, seed=SEED + 1, device=dev)  # (m*mb, h)
         y = randn(MICRO * MICRO_BATCH, HIDDEN, seed=SEED + 2, device=dev)  # (m*mb, h)
@@ -44,7 +43,7 @@ def main() -> None:
                 else:
                     inp = torch.empty(MICRO_BATCH, HIDDEN, device=dev)
                     dist.recv(inp, src=r - 1)  # (mb, h) activation of the previous stage
-                out = run(mine, inp)
+                out = run_blocks(mine, inp)
                 if last:
                     losses.append(F.mse_loss(out, ys) / MICRO)
                 else:
@@ -53,7 +52,7 @@ def main() -> None:
             local = None if outputs["loss"] is None else round(outputs["loss"].item(), 6)
             shared = outputs["loss"] if last else torch.zeros((), device=dev)
             dist.broadcast(shared, src=p - 1)  # the fix: the last stage tells everyone
-            reference = F.mse_loss(run(layers, x), y).item()
+            reference = F.mse_loss(run_blocks(layers, x), y).item()
         say(f"stage {r}: outputs['loss'] = {local}; after broadcast {shared.item():.6f}")
         emit(
             stage=r,

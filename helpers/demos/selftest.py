@@ -7,17 +7,17 @@
 --mode build   rank 0 prints Colossal-AI's "Compiling the JIT ..." line, then hangs like a build
 """
 
-import argparse
 import time
 
 import torch
 import torch.distributed as dist
 
+from helpers.run import cli
 from helpers.run.env import distributed, emit, say
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
+    parser = cli.parser()
     parser.add_argument("--mode", choices=["ok", "crash", "hang", "silent", "build"], default="ok")
     mode = parser.parse_args().mode
     with distributed() as env:

@@ -1,3 +1,4 @@
-"""The models and data the demos train: llama (a tiny Llama and its token stream), resnet,
-data (CIFAR-10 and handwritten digits, Chapter 9).
+"""The models and data the demos train: mlp (the from-scratch demos' small models, Chapter 1),
+llama (a tiny Llama and its token stream), mixtral (a small Mixtral, Chapter 9), resnet, data
+(CIFAR-10 and handwritten digits, Chapter 9).
 """

@@ -107,8 +107,10 @@ class Cifar10(Dataset):
         missing = [n for n in names if not (folder / n).exists()]
         if missing:
             raise FileNotFoundError(
-                f"CIFAR-10 is not under {folder} (missing {missing}); this machine cannot download it: copy the "
-                f"extracted cifar-10-python.tar.gz there, or point DATA at the folder that holds {CIFAR_FOLDER}/"
+                f"CIFAR-10 is not under {folder} (missing {missing}); this machine cannot download "
+                "it: copy the "
+                "extracted cifar-10-python.tar.gz there, or point DATA at the folder that holds "
+                f"{CIFAR_FOLDER}/"
             )
         parts = [read_cifar_batch(folder / n) for n in names]
         self.images = torch.from_numpy(

@@ -59,7 +59,8 @@ def build_llama(config, seed: int = 0, dtype: torch.dtype = torch.float32):
 def token_batch(
     step: int, batch: int, seq: int, vocab: int, seed: int = 1234
 ) -> dict[str, torch.Tensor]:
-    """Global batch ``step``: {'input_ids', 'labels'} of shape (batch, seq), identical on all ranks."""
+    """Global batch ``step``: {'input_ids', 'labels'} of shape (batch, seq), identical on all
+    ranks."""
     g = torch.Generator().manual_seed(seed * 100_003 + step)
     start = torch.randint(0, vocab, (batch, 1), generator=g)
     stride = torch.randint(1, 8, (batch, 1), generator=g)

@@ -56,4 +56,7 @@ def check(
         f"≥ {at_least * scale:g}{unit}" if at_least is not None else "",
         f"≤ {at_most * scale:g}{unit}" if at_most is not None else "",
     ]
-    return f"{name} {approx(value * scale, fmt, unit)} ({' and '.join(b for b in bounds if b)} required)"
+    return (
+        f"{name} {approx(value * scale, fmt, unit)} ({' and '.join(b for b in bounds if b)} "
+        "required)"
+    )

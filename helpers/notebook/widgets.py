@@ -1,10 +1,10 @@
 """ipywidgets calculators for the notebooks.
 
-Chapter 3: :func:`planner_calculator` puts :func:`helpers.cost.planner.plan` behind a few controls (model,
-GPUs, GPUs per node, memory per GPU, global batch, assumed MFU). It is built with
+Chapter 3: :func:`planner_calculator` puts :func:`helpers.cost.planner.plan` behind a few controls
+(model, GPUs, GPUs per node, memory per GPU, global batch, assumed MFU). It is built with
 ``widgets.interactive`` and shown with ``display``, not with ``@interact``, which occasionally
-blocks notebook execution for the whole timeout (known-facts, jupyter/nbclient#312). The same
-text the widget shows comes from :func:`planner_summary`, which a notebook prints once as a static
+blocks notebook execution for the whole timeout. The same text
+the widget shows comes from :func:`planner_summary`, which a notebook prints once as a static
 result, so the rendered book shows the answer even where widgets are not live.
 """
 
@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from helpers.cost.planner import LLAMA2_70B, SEED_7B5, VALIDATION_0B5, Hardware, plan
+from helpers.cost.planner import LLAMA2_70B, SEED_7B5, VALIDATION_0B5, plan
+from helpers.cost.step_time import Hardware
 from helpers.record.results import format_table
 
 MODELS = {m.name: m for m in (SEED_7B5, LLAMA2_70B, VALIDATION_0B5)}

@@ -45,7 +45,8 @@ def expert_capacity(tokens: int, experts: int, k: int, capacity_factor: float) -
 
 @dataclass
 class Routing:
-    """Where each token goes: its k experts, gate weights, slot in the expert's buffer, kept or dropped."""
+    """Where each token goes: its k experts, gate weights, slot in the expert's buffer, kept or
+    dropped."""
 
     expert: torch.Tensor  # (T, k) expert index of each choice
     gate: torch.Tensor  # (T, k) weight of each choice (sums to 1 over k)
@@ -86,7 +87,8 @@ def balance_loss(routing: Routing) -> torch.Tensor:
 
 
 def dispatch(x: torch.Tensor, routing: Routing, experts: int) -> torch.Tensor:
-    """(T, h) tokens → (E, C, h) expert buffers; empty slots are zeros, dropped tokens are absent."""
+    """(T, h) tokens → (E, C, h) expert buffers; empty slots are zeros, dropped tokens are
+    absent."""
     cap, h = routing.capacity, x.shape[1]
     kept = routing.kept
     token = torch.arange(x.shape[0], device=x.device).unsqueeze(1).expand_as(kept)[kept]
@@ -111,8 +113,8 @@ def experts_ffn(buffers: torch.Tensor, w_in: torch.Tensor, w_out: torch.Tensor) 
 def expert_data_grid(world_size: int, ep: int) -> tuple[list[list[int]], list[list[int]]]:
     """(expert groups, data groups) of a dp × ep grid of ranks, the last axis fastest:
     rank = d·ep + e, the order of Colossal-AI's MoeHybridParallelPlugin (moe_dp outside ep, as in
-    :class:`helpers.parallel.mesh.RankMesh`). Expert group d is data replica d, its ranks splitting the
-    experts; data group e holds the same experts in every replica."""
+    :class:`helpers.parallel.mesh.RankMesh`). Expert group d is data replica d, its ranks
+    splitting the experts; data group e holds the same experts in every replica."""
     if ep < 1 or world_size % ep:
         raise ValueError(f"{world_size} ranks do not form a grid with ep = {ep}")
     dp = world_size // ep

@@ -1,11 +1,12 @@
-"""PyTorch FSDP2 as Chapters 6 and 8 compare it with Colossal-AI: the same step, sharded by ``fully_shard``.
+"""PyTorch FSDP2 as Chapters 6 and 8 compare it with Colossal-AI: the same step, ``fully_shard``.
 
-Used by :mod:`helpers.demos.ch08_train` (``--framework fsdp2``) and so by the comparison of Chapter 6
-and the flagship benchmark (:mod:`helpers.record.flagship`). FSDP2 (``torch.distributed.fsdp.fully_shard``,
-PyTorch ≥ 2.6) shards every parameter as a DTensor over the data-parallel ranks — ZeRO-3 in the
-ZeRO paper's terms: each decoder layer's weights are all-gathered just before its forward and its
-backward and freed after, and the gradients are reduce-scattered. With a mixed-precision policy the
-gathered weights are bf16 while the sharded masters and the optimizer stay fp32.
+Used by :mod:`helpers.demos.ch08_train` (``--framework fsdp2``) and so by the comparison of
+Chapter 6 and the flagship benchmark (:mod:`helpers.record.flagship`). FSDP2
+(``torch.distributed.fsdp.fully_shard``, PyTorch ≥ 2.6) shards every parameter as a DTensor over
+the data-parallel ranks — ZeRO-3 in the ZeRO paper's terms: each decoder layer's weights are
+all-gathered just before its forward and its backward and freed after, and the gradients are
+reduce-scattered. With a mixed-precision policy the gathered weights are bf16 while the sharded
+masters and the optimizer stay fp32.
 """
 
 from __future__ import annotations
@@ -17,9 +18,11 @@ from helpers.models.llama import shard_batch, token_batch
 
 
 class FSDP2Trainer:
-    """``fully_shard`` on every decoder layer and on the root; one optimizer step per call of :meth:`step`.
+    """``fully_shard`` on every decoder layer and on the root; one optimizer step per call of
+    :meth:`step`.
 
-    ``make_optimizer(model)`` builds the optimizer after sharding (it must see the DTensor shards)."""
+    ``make_optimizer(model)`` builds the optimizer after sharding (it must see the DTensor
+    shards)."""
 
     def __init__(self, layout, model, make_optimizer, device, dtype: torch.dtype):
         from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard

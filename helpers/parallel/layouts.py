@@ -32,12 +32,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from helpers.config.shape import ModelShape
 from helpers.parallel.mesh import RankMesh
-
-SHARED_SP_MODES = ("split_gather", "ring")  # reuse the tp group: S = T, no own axis
-OWN_AXIS_SP_MODES = ("all_to_all", "ring_attn")  # an own sp axis, counted in G
-SP_MODES = SHARED_SP_MODES + OWN_AXIS_SP_MODES
-_AXIS_WORDS = {"tp": "tensor", "pp": "pipeline", "sp": "sequence"}
+from helpers.parallel.vocab import AXIS_WORDS, OWN_AXIS_SP_MODES, SHARED_SP_MODES, SP_MODES
 
 
 def factor_parallelism(
@@ -58,12 +55,19 @@ def factor_parallelism(
     return combos
 
 
-def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
+def divisors(n: int, cap: int | None = None) -> list[int]:
+    """The divisors of ``n`` up to ``cap`` (all of them without one), in increasing order.
+
+    >>> divisors(12), divisors(12, cap=4)
+    ([1, 2, 3, 4, 6, 12], [1, 2, 3, 4])
+    """
+    top = n if cap is None else min(n, cap)
+    return [d for d in range(1, top + 1) if n % d == 0]
 
 
 def _suggest(world: int, sizes: dict[str, int]) -> str:
-    """'try tensor 2 or 4, or pipeline 1': nearest sizes of one axis that divide with the others fixed."""
+    """'try tensor 2 or 4, or pipeline 1': nearest sizes of one axis that divide with the others
+    fixed."""
     tips = []
     for axis, value in sizes.items():
         others = 1
@@ -71,14 +75,14 @@ def _suggest(world: int, sizes: dict[str, int]) -> str:
             others *= v if a != axis else 1
         if world % others:
             continue
-        fits = _divisors(world // others)
+        fits = divisors(world // others)
         near = [
             max((d for d in fits if d < value), default=None),
             min((d for d in fits if d > value), default=None),
         ]
         near = [str(d) for d in near if d is not None]
         if near:
-            tips.append(f"{_AXIS_WORDS[axis]} {' or '.join(near)}")
+            tips.append(f"{AXIS_WORDS[axis]} {' or '.join(near)}")
     return "; try " + ", or ".join(tips) if tips else ""
 
 
@@ -97,9 +101,10 @@ def data_degree(G: int, tp: int, pp: int, sp: int = 1, sp_mode: str | None = Non
             raise ValueError(f"{name} must be a positive integer, got {value!r}")
     if sp_mode is None and sp != 1:
         raise ValueError(
-            f"sp={sp} needs a sequence parallelism mode: {' or '.join(OWN_AXIS_SP_MODES)} give it an own axis, "
-            f"{' or '.join(SHARED_SP_MODES)} reuse the tensor group (HybridParallelPlugin: 'You should not set "
-            f"sp_size when sequence parallelism is not enabled')"
+            f"sp={sp} needs a sequence parallelism mode: {' or '.join(OWN_AXIS_SP_MODES)} "
+            f"give it an own axis, {' or '.join(SHARED_SP_MODES)} reuse the tensor group "
+            "(HybridParallelPlugin: 'You should not set "
+            "sp_size when sequence parallelism is not enabled')"
         )
     if sp_mode is not None and sp_mode not in SP_MODES:
         raise ValueError(
@@ -108,7 +113,8 @@ def data_degree(G: int, tp: int, pp: int, sp: int = 1, sp_mode: str | None = Non
     if sp_mode in SHARED_SP_MODES:
         if tp < 2:
             raise ValueError(
-                f"{sp_mode} sequence parallelism splits the sequence over the tensor group: it needs tp > 1"
+                f"{sp_mode} sequence parallelism splits the sequence over the tensor group: "
+                "it needs tp > 1"
             )
         if sp not in (1, tp):
             raise ValueError(
@@ -118,29 +124,15 @@ def data_degree(G: int, tp: int, pp: int, sp: int = 1, sp_mode: str | None = Non
     sizes = {"tp": tp, "pp": pp} | ({"sp": sp} if sp > 1 else {})
     model = tp * pp * sp
     if G % model:
-        split = " × ".join(f"{_AXIS_WORDS[a]}={v}" for a, v in sizes.items())
+        split = " × ".join(f"{AXIS_WORDS[a]}={v}" for a, v in sizes.items())
         raise ValueError(
             f"{G} GPUs cannot be split as {split}: {model} does not divide {G}{_suggest(G, sizes)}"
         )
     return G // model
 
 
-@dataclass(frozen=True)
-class ModelShape:
-    """The model numbers the layout constraints need (a Llama-family decoder)."""
-
-    layers: int
-    heads: int
-    kv_heads: int | None = None  # None: as many as heads (multi-head attention)
-    hidden: int | None = None
-    seq_len: int | None = None
-
-    @property
-    def kv(self) -> int:
-        return self.heads if self.kv_heads is None else self.kv_heads
-
-
-# Qwen2-7B's config (28 layers, 28 query heads, 4 KV heads, hidden 3584): a model of the seed's 7.5 B size
+# Qwen2-7B's config (28 layers, 28 query heads, 4 KV heads, hidden 3584): a model of the seed's
+# 7.5 B size
 QWEN2_7B = ModelShape(layers=28, heads=28, kv_heads=4, hidden=3584, seq_len=4096)
 
 
@@ -157,9 +149,7 @@ class Layout:
     pp: int = 1
     sp: int = 1
     sp_mode: str | None = None
-    microbatch: int | None = (
-        None  # samples per micro-batch (HybridParallelPlugin's microbatch_size)
-    )
+    microbatch: int | None = None  # samples per micro-batch (the plugin's microbatch_size)
     zero_stage: int = 0
 
     @classmethod
@@ -212,19 +202,22 @@ class Layout:
 def violations(
     layout: Layout, model: ModelShape | None = None, global_batch: int | None = None
 ) -> list[str]:
-    """Every reason ``layout`` cannot run (empty when it can); see the module docstring for sources."""
+    """Every reason ``layout`` cannot run (empty when it can); the module docstring gives the
+    sources."""
     L, why = layout, []
     if L.sp_mode is not None and L.sp_mode not in SP_MODES:
         return [f"unknown sequence parallelism mode {L.sp_mode!r}"]
     if L.sp_mode in SHARED_SP_MODES and L.tp < 2:
         why.append(f"{L.sp_mode} sequence parallelism reuses the tensor group: needs T > 1")
     if L.sp > 1 and L.sp_mode not in OWN_AXIS_SP_MODES:
-        why.append(f"S={L.sp} needs a sequence mode with an own axis (all_to_all or ring_attn)")
+        own = " or ".join(OWN_AXIS_SP_MODES)
+        why.append(f"S={L.sp} needs a sequence mode with an own axis ({own})")
     if L.zero_stage not in (0, 1, 2):
         why.append(f"ZeRO stage {L.zero_stage} is not 0, 1 or 2 (HybridParallelPlugin)")
     if L.pp > 1 and L.zero_stage > 1:
         why.append(
-            f"ZeRO stage {L.zero_stage} with P={L.pp}: the plugin allows only stage 0 or 1 with a pipeline"
+            f"ZeRO stage {L.zero_stage} with P={L.pp}: "
+            "the plugin allows only stage 0 or 1 with a pipeline"
         )
     if L.pp > 1 and L.microbatch is None:
         why.append(f"P={L.pp} needs micro-batches (num_microbatches or microbatch_size)")
@@ -245,11 +238,13 @@ def violations(
         per_step = L.dp * L.microbatch
         if global_batch % per_step:
             why.append(
-                f"global batch {global_batch} is not divisible by D × micro-batch = {L.dp} × {L.microbatch}"
+                f"global batch {global_batch} is not divisible by "
+                f"D × micro-batch = {L.dp} × {L.microbatch}"
             )
         elif L.pp > 1 and global_batch // per_step < L.pp:
             why.append(
-                f"m={global_batch // per_step} micro-batches per step < P={L.pp} stages (1F1B needs m ≥ P)"
+                f"m={global_batch // per_step} micro-batches per step < P={L.pp} stages "
+                "(1F1B needs m ≥ P)"
             )
     return why
 
@@ -266,7 +261,8 @@ def validate(
 
 @dataclass(frozen=True)
 class Search:
-    """What :func:`feasible_layouts` found: the layouts that run, and the others with their reasons."""
+    """What :func:`feasible_layouts` found: the layouts that run, and the others with their
+    reasons."""
 
     feasible: list[Layout]
     rejected: list[tuple[Layout, list[str]]]

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
-AXES = ("dp", "pp", "tp", "sp")
+from helpers.parallel.vocab import AXES
 
 
 @dataclass(frozen=True)
@@ -88,7 +88,8 @@ class RankMesh:
 
     def __str__(self) -> str:
         lines = [
-            f"RankMesh(dp={self.dp}, pp={self.pp}, tp={self.tp}, sp={self.sp}), {self.world_size} ranks"
+            f"RankMesh(dp={self.dp}, pp={self.pp}, tp={self.tp}, sp={self.sp}), "
+            f"{self.world_size} ranks"
         ]
         for axis in AXES:
             if getattr(self, axis) > 1:
@@ -97,8 +98,9 @@ class RankMesh:
 
 
 def process_groups(mesh: RankMesh, axes: tuple[str, ...]) -> dict[str, object]:
-    """This rank's process group along each of ``axes``: every rank creates every group of the grid
-    (``torch.distributed.new_group`` must be entered by all ranks, in the same order). Chapter 2's 3-D demo."""
+    """This rank's process group along each of ``axes``: every rank creates every group of the
+    grid (``torch.distributed.new_group`` must be entered by all ranks, in the same order).
+    Chapter 2's 3-D demo."""
     import torch.distributed as dist
 
     mine = {}

@@ -28,7 +28,8 @@ def all_to_all(x: torch.Tensor, scatter_dim: int, gather_dim: int, group=None) -
     world = dist.get_world_size(group)
     if x.shape[scatter_dim] % world:
         raise ValueError(
-            f"dimension {scatter_dim} of size {x.shape[scatter_dim]} is not divisible by {world} ranks"
+            f"dimension {scatter_dim} of size {x.shape[scatter_dim]} "
+            f"is not divisible by {world} ranks"
         )
     send = torch.stack(
         x.chunk(world, dim=scatter_dim)

@@ -5,7 +5,8 @@ In Megatron-LM (Shoeybi et al. 2019, "Megatron-LM: Training Multi-Billion Parame
 Models Using Model Parallelism", Fig. 3) an MLP ``Y = GeLU(X A) B`` is split as
 
 * ``A`` by columns (column-parallel): rank r computes ``Y_r = GeLU(X A_r)`` with no communication,
-* ``B`` by rows (row-parallel): rank r computes the partial sum ``Y_r B_r``; one all-reduce adds them.
+* ``B`` by rows (row-parallel): rank r computes the partial sum ``Y_r B_r``; one all-reduce adds
+  them.
 
 The two conjugate operators around the block carry the communication:
 
@@ -59,12 +60,14 @@ def f(x: torch.Tensor, group=None) -> torch.Tensor:
 
 
 def g(x: torch.Tensor, group=None) -> torch.Tensor:
-    """Leave a tensor-parallel region: all-reduce the partial sums now, identity for the gradient."""
+    """Leave a tensor-parallel region: all-reduce the partial sums now, identity for the
+    gradient."""
     return ReduceFromTensorParallel.apply(x, group)
 
 
 def shard(t: torch.Tensor, dim: int, rank: int, world_size: int) -> torch.Tensor:
-    """Rank ``rank``'s contiguous 1/world_size slice of ``t`` along ``dim``, as a fresh tensor (a copy)."""
+    """Rank ``rank``'s contiguous 1/world_size slice of ``t`` along ``dim``, as a fresh tensor (a
+    copy)."""
     if t.shape[dim] % world_size:
         raise ValueError(
             f"cannot split dimension {dim} of size {t.shape[dim]} into {world_size} equal shards"
@@ -72,11 +75,12 @@ def shard(t: torch.Tensor, dim: int, rank: int, world_size: int) -> torch.Tensor
     return t.chunk(world_size, dim=dim)[rank].detach().clone()
 
 
-# --- Megatron MLP blocks as plain tensors (Chapter 2's 3-D demo, helpers/demos/ch02_3d.py) ----------
+# --- Megatron MLP blocks as plain tensors (Chapter 2's 3-D demo, helpers/demos/ch02_3d.py) ------
 
 
 def mlp_blocks(layers: int, hidden: int, seed: int, device) -> list[dict[str, torch.Tensor]]:
-    """Chapter 2's 3-D demo: an unsplit stack of Megatron MLP blocks, A (h, 4h), a (4h,), B (4h, h), b (h,); same on every rank."""
+    """Chapter 2's 3-D demo: an unsplit stack of Megatron MLP blocks, A (h, 4h), a (4h,),
+    B (4h, h), b (h,); the same on every rank."""
     gen = torch.Generator().manual_seed(seed)
     blocks = []
     for _ in range(layers):

@@ -9,9 +9,8 @@ its words from here.
 from typing import Literal, get_args
 
 Axis = Literal["dp", "pp", "tp", "sp"]
-AXES: tuple[str, ...] = get_args(
-    Axis
-)  # the rank grid's order, outermost first (helpers.parallel.mesh)
+# the rank grid's order, outermost first (helpers.parallel.mesh)
+AXES: tuple[str, ...] = get_args(Axis)
 AXIS_WORDS = {"dp": "data", "tp": "tensor", "pp": "pipeline", "sp": "sequence", "ep": "expert"}
 
 SpMode = Literal["split_gather", "ring", "all_to_all", "ring_attn"]
@@ -25,3 +24,16 @@ HALF_PRECISIONS = ("fp16", "bf16")
 
 Plugin = Literal["torch_ddp", "low_level_zero", "gemini", "hybrid_parallel", "moe_hybrid_parallel"]
 PLUGINS: tuple[str, ...] = get_args(Plugin)
+
+
+def __getattr__(name: str):
+    """``DTYPES``: the torch dtype of each precision word (Chapter 1's mixed-precision reference).
+
+    Built on first use, so that validating a config never imports torch.
+    """
+    if name == "DTYPES":
+        import torch
+
+        globals()["DTYPES"] = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+        return globals()["DTYPES"]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

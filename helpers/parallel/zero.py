@@ -37,7 +37,8 @@ class FlatLayout:
 
 
 def flat_layout(numel: int, world: int) -> FlatLayout:
-    """Pad Ψ = ``numel`` up to a multiple of N_d = ``world`` so every rank owns ``ceil(Ψ/N_d)`` elements."""
+    """Pad Ψ = ``numel`` up to a multiple of N_d = ``world`` so every rank owns ``ceil(Ψ/N_d)``
+    elements."""
     for name, value in (("numel", numel), ("world", world)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be a positive integer, got {value!r}")
@@ -90,9 +91,11 @@ def adam_step_(
     betas: tuple[float, float] = (0.9, 0.999),
     eps: float = 1e-8,
 ) -> None:
-    """One Adam update in place, in the operation order of ``torch.optim.Adam`` (no weight decay, no amsgrad).
+    """One Adam update in place, in the operation order of ``torch.optim.Adam`` (no weight decay,
+    no amsgrad).
 
-    ``step`` counts from 1. On equal inputs the result is bitwise that of torch's single-tensor Adam.
+    ``step`` counts from 1. On equal inputs the result is bitwise that of torch's single-tensor
+    Adam.
     """
     if step < 1:
         raise ValueError(f"Adam's step counts from 1, got {step}")

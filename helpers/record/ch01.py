@@ -2,16 +2,16 @@
 
 Record on a box with two or more GPUs (results/<hardware>/ch01_hybrid.json):
 
-    python -m helpers.record.ch01 --record
+    python -m helpers.record ch01 --record
 """
 
 from __future__ import annotations
 
-import argparse
-import shlex
+import sys
 
-from helpers.run.launch import launch, torchrun_command
+from helpers.record import cli
 from helpers.record.results import format_table, load, save
+from helpers.record.runner import run_one, status
 
 NPROC = 2
 HYBRID_LAYOUTS = {
@@ -21,51 +21,53 @@ HYBRID_LAYOUTS = {
     "tp=2 + split_gather SP": ["--tp", "2", "--sp_mode", "split_gather"],
     "dp=2 ZeRO-1 bf16": ["--zero", "1", "--precision", "bf16"],
     "tp=2 bf16": ["--tp", "2", "--precision", "bf16"],
-    "TRAP sp=2 all_to_all, sdpa": [
-        "--sp",
-        "2",
-        "--sp_mode",
-        "all_to_all",
-        "--attn",
-        "sdpa",
-        "--expect_drift",
-    ],
+    "TRAP sp=2 all_to_all, sdpa": "--sp 2 --sp_mode all_to_all --attn sdpa --expect_drift".split(),
 }
 
 
 def run_hybrid_layouts(show: str = "none") -> list[dict]:
-    """Launch every layout on NPROC GPUs; each checks its own loss against a reference."""
-    runs = []
-    for name, args in HYBRID_LAYOUTS.items():
-        result = launch("ch01_hybrid", NPROC, args, timeout_s=300, show=show)
-        last = next(r for r in result.results if "losses" in r)  # a last-stage rank
-        runs.append(
-            {
-                "name": name,
-                "args": args,
-                "seconds": round(result.seconds, 1),
-                "command": shlex.join(torchrun_command("ch01_hybrid", NPROC, args)),
-                **last,
-            }
-        )
-    return runs
+    """Launch every layout on NPROC GPUs; each checks its own loss against a reference. A layout
+    that fails is kept as a record with its error (:func:`helpers.record.runner.run_one`)."""
+    return [
+        run_one(name, "ch01_hybrid", NPROC, args, 300, show, beat=False)
+        for name, args in HYBRID_LAYOUTS.items()
+    ]
+
+
+def layout_result(run: dict) -> dict | None:
+    """A layout's result: its last-stage rank's (the one that reports the losses), or None when it
+    failed. An earlier record keeps those fields in the run itself."""
+    if "losses" in run:
+        return run
+    return next((r for r in run.get("results", []) if "losses" in r), None) if run["ok"] else None
 
 
 def hybrid_rows(runs: list[dict]) -> list[dict]:
     """The table the chapter shows: one row per layout."""
-    return [
-        {
-            "layout": r["name"],
-            "precision": r["precision"],
-            "attention": r["attn"],
-            "loss first→last": f"{r['losses'][0]:.3f}→{r['losses'][-1]:.3f}",
-            "reference": f"{r['reference'][0]:.3f}→{r['reference'][-1]:.3f}",
-            "max |Δloss| (steps checked)": f"{r['max_diff']:.1e} ({r['checked_steps']})",
-            "tokens/s": r["tokens_per_s"],
-            "peak MiB": r["peak_mib"],
-        }
-        for r in runs
-    ]
+    rows = []
+    for run in runs:
+        r = layout_result(run)
+        if r is None:
+            rows.append({"layout": run["name"], "loss first→last": status(run)})
+            continue
+        rows.append(
+            {
+                "layout": run["name"],
+                "precision": r["precision"],
+                "attention": r["attn"],
+                "loss first→last": f"{r['losses'][0]:.3f}→{r['losses'][-1]:.3f}",
+                "reference": f"{r['reference'][0]:.3f}→{r['reference'][-1]:.3f}",
+                "max |Δloss| (steps checked)": f"{r['max_diff']:.1e} ({r['checked_steps']})",
+                "tokens/s": r["tokens_per_s"],
+                "peak MiB": r["peak_mib"],
+            }
+        )
+    return rows
+
+
+def columns(rows: list[dict]) -> list[str]:
+    """Every column of the rows, in order of first appearance."""
+    return list(dict.fromkeys(k for r in rows for k in r))
 
 
 def show_recorded() -> str:
@@ -76,22 +78,24 @@ def show_recorded() -> str:
     return (
         describe(record)
         + "\n\n"
-        + format_table(hybrid_rows(record["runs"]), list(hybrid_rows(record["runs"])[0]))
+        + format_table(hybrid_rows(record["runs"]), columns(hybrid_rows(record["runs"])))
     )
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument(
-        "--record", action="store_true", help="write results/<hardware>/ch01_hybrid.json"
-    )
-    args = parser.parse_args()
+def _record(args) -> None:
     runs = run_hybrid_layouts(show="all")
     rows = hybrid_rows(runs)
-    print(format_table(rows, list(rows[0])))
+    print(format_table(rows, columns(rows)))
     if args.record:
-        print("wrote", save("ch01_hybrid", runs, "python -m helpers.record.ch01 --record"))
+        print("wrote", save("ch01_hybrid", runs, cli.command("ch01", ["--record"])))
 
+
+SPEC = cli.Recorder(
+    "ch01",
+    "Chapter 1: HybridParallelPlugin layouts on 2 GPUs, each against its single-GPU loss",
+    "ch01_hybrid.json",
+    _record,
+)
 
 if __name__ == "__main__":
-    main()
+    cli.main(["ch01", *sys.argv[1:]])

@@ -13,30 +13,40 @@ same entry point, ``helpers.demos.ch05_train``, and the ``ch05_gpu_*`` configs:
 
 Record (results/<hardware>/ch05_gpu.json)::
 
-    python -m helpers.record.ch05 --record
+    python -m helpers.record ch05 --record
 
 On a CPU the chapters show that record with its provenance (:func:`recorded`).
 """
 
 from __future__ import annotations
 
-import argparse
-import shlex
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 
-from helpers.train import checkpoint as ckpt
 from helpers.chapters.ch05_launch import compare_final_weights, losses_from_lines
-from helpers.run.launch import LaunchError, launch, torchrun_command
+from helpers.record import cli, results
+from helpers.record.runner import run_one
+from helpers.train import checkpoint as ckpt
 
 NPROC = 2
 RECORD = "ch05_gpu"
-KILL_AT, KILL_RANK, RESUME_FROM = (
-    5,
-    1,
-    3,
-)  # save_interval 3 in the configs: step 3 is the last save before 5
+KILL_AT, KILL_RANK, RESUME_FROM = 5, 1, 3  # save_interval 3 in the configs: the last save before 5
+
+
+def _from_lines(ok: bool, lines: dict[int, list[str]]) -> dict:
+    """What a run's output says besides its RESULT lines: rank 0's notes on resuming, or the
+    injected fault and the losses logged before a failure."""
+    if ok:
+        starts = ("resumed", "Hybrid", "Torch")
+        return {"notes": [line for line in lines.get(0, []) if line.startswith(starts)]}
+    return {
+        "fault": next(
+            (line for rank in lines.values() for line in rank if line.startswith("FAULT")), None
+        ),
+        "losses_before_failure": losses_from_lines(lines.get(0, [])),
+    }
 
 
 def _run(
@@ -48,51 +58,30 @@ def _run(
     expect_failure: bool = False,
     nproc: int = NPROC,
 ) -> dict:
-    """One launch of the entry point; a failure is recorded (with the failing rank), not raised.
+    """One launch of the entry point (:func:`helpers.record.runner.run_one`); a failure is recorded
+    (with the failing rank), not raised. A run that finished adds its losses, plugin, backend, last
+    checkpoint and per-step signals.
 
-    Runs named ``"<dir>:<what>"`` share the checkpoint folder ``<dir>`` (a killed run and its resume)."""
+    Runs named ``"<dir>:<what>"`` share the checkpoint folder ``<dir>`` (a killed run and its
+    resume)."""
     full = ["--config", str(config), "--checkpoint_dir", str(workdir / name.split(":")[0]), *args]
-    run = {
-        "name": name,
-        "config": Path(config).name,
-        "args": args,
-        "nproc": nproc,
-        "command": shlex.join(torchrun_command("ch05_train", nproc, full)),
-    }
     print(
         f"[ch05-gpu] {name} on {nproc} processes: {' '.join(args) or '(no extra flags)'}",
         flush=True,
     )
-    try:
-        result = launch("ch05_train", nproc, full, timeout_s=300, show=show)
-    except LaunchError as e:
-        run.update(
-            ok=False,
-            failed_rank=e.rank,
-            error=str(e)[-3000:],
-            fault=next(
-                (line for lines in e.lines.values() for line in lines if line.startswith("FAULT")),
-                None,
-            ),
-            losses_before_failure=losses_from_lines(e.lines.get(0, [])),
-        )
+    run = run_one(name, "ch05_train", nproc, full, 300, show, beat=False, read_lines=_from_lines)
+    run["config"] = Path(config).name
+    if not run["ok"]:
         if not expect_failure:
-            print(f"[ch05-gpu] {name} FAILED: {str(e)[-3000:]}", flush=True)
+            print(f"[ch05-gpu] {name} FAILED: {run['error']}", flush=True)
         return run
-    final = next(r for r in result.results if r.get("final"))
+    final = next(r for r in run["results"] if r.get("final"))
     run.update(
-        ok=True,
-        seconds=round(result.seconds, 1),
         losses=final["losses"],
         plugin=final["plugin"],
         backend=final["backend"],
         last_checkpoint=final["last_checkpoint"],
-        signals=[r["signals"] for r in result.results if "signals" in r],
-        notes=[
-            line
-            for line in result.lines.get(0, [])
-            if line.startswith(("resumed", "Hybrid", "Torch"))
-        ],
+        signals=[r["signals"] for r in run["results"] if "signals" in r],
     )
     return run
 
@@ -144,12 +133,7 @@ def reshard(
         source or ("tp2", gpu_config("tp2"), NPROC),
         target or ("dp2", gpu_config("dp2"), NPROC),
     )
-    quiet = [
-        "--dropout",
-        "0",
-        "--keep_last",
-        "0",
-    ]  # keep the source's step 3 whatever the config prunes
+    quiet = ["--dropout", "0", "--keep_last", "0"]  # keep the source's step 3 whatever is pruned
     tp = _run(f"{src}-nodropout", src_config, quiet, workdir, show, nproc=src_n)
     dp = _run(f"{dst}-nodropout", dst_config, quiet, workdir, show, nproc=dst_n)
     out = {"source": src, "target": dst, "runs": [tp, dp]}
@@ -177,8 +161,9 @@ def reshard(
 
 def dry_run(workdir: Path, show: str) -> dict:
     """Chapter 4: the seed's 64-GPU layout scaled down to two GPUs, one step and a save."""
-    from helpers.config.schema import load_config
-    from helpers.config.plugin import plugin_spec, scaled_down
+    from helpers.config.dry_run import scaled_down
+    from helpers.config.loading import load_config
+    from helpers.config.plugin import plugin_spec
 
     small = scaled_down(load_config("seed_complete.yaml"), NPROC)
     config = workdir / "seed_dry_run.yaml"
@@ -225,7 +210,8 @@ def summary_rows(record: dict) -> list[dict]:
         killed = kr["runs"][1]
         rows.append(
             {
-                "experiment": f"{kr['layout']}: killed at step {KILL_AT}, resumed from step {RESUME_FROM}",
+                "experiment": f"{kr['layout']}: killed at step {KILL_AT}, "
+                f"resumed from step {RESUME_FROM}",
                 "killed rank": killed.get("failed_rank"),
                 "max |Δloss|": _fmt(kr.get("max_loss_diff")),
                 "max |Δweight|": _fmt(kr.get("weights", {}).get("max_abs_diff")),
@@ -256,30 +242,26 @@ def _fmt(x) -> str:
     return "failed" if x is None else f"{x:.2e}"
 
 
-def recorded() -> dict:
-    """The recorded GPU runs (results/<hardware>/ch05_gpu.json)."""
-    from helpers.record.results import load
-
-    return load(RECORD)
+def recorded() -> dict | None:
+    """The recorded GPU runs (results/<hardware>/ch05_gpu.json), or None."""
+    return results.recorded(RECORD)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument(
-        "--record", action="store_true", help=f"write results/<hardware>/{RECORD}.json"
-    )
-    parser.add_argument(
-        "--show", default="none", choices=("none", "rank0", "all"), help="stream the ranks' output"
-    )
-    args = parser.parse_args()
+def _record(args) -> None:
     record = run_all(args.show)
-    from helpers.record.results import format_table, save
-
     rows = summary_rows(record)
-    print(format_table(rows, list(rows[0])))
+    print(results.format_table(rows, list(rows[0])))
     if args.record:
-        print("wrote", save(RECORD, [record], "python -m helpers.record.ch05 --record"))
+        print("wrote", results.save(RECORD, [record], cli.command("ch05", ["--record"])))
 
+
+SPEC = cli.Recorder(
+    "ch05",
+    "Chapters 4 and 5 on 2 GPUs: killed and resumed (tp, pp), resharded, the seed's dry run",
+    f"{RECORD}.json",
+    _record,
+    flags=("show",),
+)
 
 if __name__ == "__main__":
-    main()
+    cli.main(["ch05", *sys.argv[1:]])

@@ -1,8 +1,8 @@
 """Chapter 6's and 8's GPU runs, recorded with provenance (results/<hardware>/ch08_<part>.json).
 
-    python -m helpers.record.ch08 --record                       # every part (~12 min on 2×H200)
-    python -m helpers.record.ch08 --record --parts compare       # one part: compare, oom or tune
-    python -m helpers.record.ch08 --record --quick               # 1-2 min smoke run -> ch08_quick.json
+    python -m helpers.record ch08 --record                 # every part (~12 min on 2×H200)
+    python -m helpers.record ch08 --record --only compare  # one part: compare, oom, tune, gemini
+    python -m helpers.record ch08 --record --quick         # 1-2 min smoke run -> ch08_quick.json
 
 Parts (all through :mod:`helpers.demos.ch08_train`, one torchrun and timeout per run; a failing
 run is recorded with its error and the recording goes on):
@@ -12,8 +12,9 @@ run is recorded with its error and the recording goes on):
   definition, ``ch09_hybrid.mfu``), peak memory, losses against a single-GPU reference. Whether
   DeepSpeed can be imported on the box is recorded too (it was not installed there).
 * ``oom``: the out-of-memory lab. Each process may use ``cap`` GiB of its GPU, chosen halfway
-  between Chapter 7's predicted peaks (:func:`helpers.cost.memory_llama.predict`) of the failing layout
-  and of the two fixes; the failing layout is also run without a cap to measure its real peak.
+  between Chapter 7's predicted peaks (:func:`helpers.cost.memory_llama.predict`) of the failing
+  layout and of the two fixes; the failing layout is also run without a cap to measure its real
+  peak.
 * ``gemini``: the compare run's Gemini NaN, with and without Gemini's asynchronous gradient reduce.
 * ``tune``: one knob at a time from a deliberately poor layout, each run with the PyTorch profiler's
   per-rank compute / communication split (:mod:`helpers.train.profiling`).
@@ -22,64 +23,34 @@ run is recorded with its error and the recording goes on):
 from __future__ import annotations
 
 import importlib.util
+import sys
 import time
 
+from helpers.record import cli
 from helpers.record.runner import run_part
-from helpers.record.results import recorder_main, save
+from helpers.record.results import save
 
 DEMO = "ch08_train"
 PARTS = ("compare", "oom", "tune", "gemini")
 NPROC = 2
-BIG = [
-    "--layers",
-    "16",
-    "--hidden",
-    "2048",
-    "--heads",
-    "16",
-    "--kv_heads",
-    "16",
-    "--vocab",
-    "32000",
-]  # 0.94 B
-COMPARE_COMMON = BIG + [
-    "--precision",
-    "bf16",
-    "--seq",
-    "2048",
-    "--steps",
-    "8",
-    "--warmup",
-    "2",
-    "--ref_steps",
-    "3",
-    "--profile",
-    "2",
-]
+BIG = "--layers 16 --hidden 2048 --heads 16 --kv_heads 16 --vocab 32000".split()  # 0.94 B
+COMPARE_COMMON = BIG + (
+    "--precision bf16 --seq 2048 --steps 8 --warmup 2 --ref_steps 3 --profile 2".split()
+)
 COMPARE_RUNS = {  # name: flags (global batch 8 in each: micro_batch × dp)
     "PyTorch FSDP2 (fully_shard per layer, AdamW)": ["--framework", "fsdp2", "--micro_batch", "4"],
-    "Colossal-AI LowLevelZero ZeRO-2": [
-        "--plugin",
-        "zero",
-        "--zero_stage",
-        "2",
-        "--micro_batch",
-        "4",
-    ],
+    "Colossal-AI LowLevelZero ZeRO-2": "--plugin zero --zero_stage 2 --micro_batch 4".split(),
     "Colossal-AI Gemini (ZeRO-3, static placement)": ["--plugin", "gemini", "--micro_batch", "4"],
     "Colossal-AI HybridParallel tp=2": ["--plugin", "hybrid", "--tp", "2", "--micro_batch", "8"],
 }
-GEMINI_RUNS = {  # the compare run's Gemini went NaN from step 3; recorded: NaN with the async gradient reduce,
-    # finite without it (our reading of the source: the chunk is freed, storage.resize_(0), without record_stream)
+# the compare run's Gemini went NaN from step 3; recorded: NaN with the async gradient reduce,
+# finite without it (our reading of the source: the chunk is freed, storage.resize_(0), without
+# record_stream)
+GEMINI_RUNS = {
     "Gemini, async reduce (default)": ["--plugin", "gemini", "--micro_batch", "4"],
-    "Gemini, enable_async_reduce=False": [
-        "--plugin",
-        "gemini",
-        "--micro_batch",
-        "4",
-        "--plugin_kw",
-        "enable_async_reduce=False",
-    ],
+    "Gemini, enable_async_reduce=False": (
+        "--plugin gemini --micro_batch 4 --plugin_kw enable_async_reduce=False".split()
+    ),
 }
 OOM_MICRO_BATCH = 4  # Chapter 7's 0.37 B Llama (TrainLayout's default shape), seq 1024
 OOM_RUNS = {  # name: (layout kwargs, capped)
@@ -97,24 +68,10 @@ OOM_RUNS = {  # name: (layout kwargs, capped)
     ),
     "fix 2: recomputation, capped": (dict(plugin="hybrid", precision="bf16", recompute=True), True),
 }
-TUNE_COMMON = [
-    "--precision",
-    "bf16",
-    "--seq",
-    "1024",
-    "--steps",
-    "6",
-    "--warmup",
-    "2",
-    "--ref_steps",
-    "0",
-    "--profile",
-    "2",
-    "--plugin",
-    "hybrid",
-    "--zero_stage",
-    "1",
-]
+TUNE_COMMON = (
+    "--precision bf16 --seq 1024 --steps 6 --warmup 2 --ref_steps 0 --profile 2 --plugin hybrid "
+    "--zero_stage 1"
+).split()
 TUNE_RUNS = [  # (knob changed, flags): each run changes one knob of the previous one
     (
         "start: tp=2, micro-batch 2, recompute on, overlap off",
@@ -139,7 +96,8 @@ TUNE_RUNS = [  # (knob changed, flags): each run changes one knob of the previou
 
 
 def oom_cap_gib() -> tuple[float, dict]:
-    """The cap halfway between the failing layout's predicted peak and the larger fix's, and the predictions."""
+    """The cap halfway between the failing layout's predicted peak and the larger fix's, and the
+    predictions."""
     from helpers.config.layout import TrainLayout
     from helpers.cost.memory_llama import predict
 
@@ -164,83 +122,36 @@ def _layout_flags(kw: dict) -> list[str]:
     return out
 
 
+TINY = ["--layers", "2", "--hidden", "256", "--heads", "4", "--kv_heads", "4"]
+
+
 def run_list(part: str, quick: bool = False) -> list[tuple[str, list[str], float]]:
-    """(name, demo args, timeout_s) of each run of a part."""
+    """(name, demo args, timeout_s) of each run of a part; ``quick``: a tiny model, fewer runs."""
     if part == "compare":
         if quick:
-            return [
-                (
-                    n + " (tiny)",
-                    a
-                    + [
-                        "--precision",
-                        "bf16",
-                        "--seq",
-                        "256",
-                        "--steps",
-                        "3",
-                        "--ref_steps",
-                        "2",
-                        "--profile",
-                        "1",
-                    ],
-                    400.0,
-                )
-                for n, a in list(COMPARE_RUNS.items())[:2]
-            ]
+            small = "--precision bf16 --seq 256 --steps 3 --ref_steps 2 --profile 1".split()
+            return [(n + " (tiny)", a + small, 400.0) for n, a in list(COMPARE_RUNS.items())[:2]]
         return [(n, COMPARE_COMMON + a + ["--name", n], 400.0) for n, a in COMPARE_RUNS.items()]
     if part == "gemini":
         runs = [
             (n, COMPARE_COMMON + a + ["--steps", "12", "--name", n], 400.0)
             for n, a in GEMINI_RUNS.items()
         ]
-        return (
-            [
-                (
-                    n + " (tiny)",
-                    a + ["--layers", "2", "--hidden", "256", "--heads", "4", "--kv_heads", "4"],
-                    t,
-                )
-                for n, a, t in runs
-            ]
-            if quick
-            else runs
-        )
+        return [(n + " (tiny)", a + TINY, t) for n, a, t in runs] if quick else runs
     if part == "oom":
         cap, _ = oom_cap_gib()
         runs = []
         for name, (kw, capped) in OOM_RUNS.items():
-            args = (
-                _layout_flags(kw)
-                + [
-                    "--micro_batch",
-                    str(OOM_MICRO_BATCH),
-                    "--seq",
-                    "1024",
-                    "--steps",
-                    "3",
-                    "--ref_steps",
-                    "0",
-                    "--name",
-                    name,
-                ]
-                + (["--mem_cap_gib", str(cap)] if capped else [])
-            )
-            runs.append(
-                (name, args, 400.0)
-            )  # the first Colossal-AI run on a fresh box compiles HybridAdam
+            args = _layout_flags(kw) + ["--micro_batch", str(OOM_MICRO_BATCH), "--seq", "1024"]
+            args += ["--steps", "3", "--ref_steps", "0", "--name", name]
+            args += ["--mem_cap_gib", str(cap)] if capped else []
+            # the first Colossal-AI run on a fresh box compiles HybridAdam
+            runs.append((name, args, 400.0))
         return runs[1:3] if quick else runs
     if part == "tune":
         runs = [(n, TUNE_COMMON + a + ["--name", n], 400.0) for n, a in TUNE_RUNS]
         if quick:
-            return [
-                (
-                    n + " (tiny)",
-                    a + ["--layers", "2", "--hidden", "256", "--heads", "4", "--kv_heads", "4"],
-                    t,
-                )
-                for n, a, t in runs[:2]
-            ]
+            return [(n + " (tiny)", a + TINY, t) for n, a, t in runs[:2]]
         return runs
     raise ValueError(f"unknown part {part!r}: one of {PARTS}")
 
@@ -248,12 +159,10 @@ def run_list(part: str, quick: bool = False) -> list[tuple[str, list[str], float
 def record(
     parts: list[str], quick: bool, budget_s: float, save_results: bool, show: str = "none"
 ) -> dict:
+    """Every run of ``parts`` within ``budget_s``; one record per part (ch08_<part>.json), or one
+    for all of them with ``quick`` (ch08_quick.json)."""
     start = time.monotonic()
-    command = (
-        "python -m helpers.record.ch08 --record"
-        + (" --quick" if quick else "")
-        + f" --parts {','.join(parts)}"
-    )
+    command = cli.command("ch08", ["--record", *(["--quick"] if quick else []), "--only", *parts])
     recorded: dict[str, list] = {}
     for part in parts:
         runs = run_part(
@@ -281,9 +190,16 @@ def record(
     return recorded
 
 
-def main() -> None:
-    recorder_main(__doc__, "ch08", PARTS, record, 570)
-
+SPEC = cli.Recorder(
+    "ch08",
+    "Chapters 6 and 8: frameworks compared, the out-of-memory lab, tuning, Gemini's NaN",
+    "ch08_<part>.json (compare, oom, tune, gemini)",
+    lambda a: record(list(a.only or PARTS), a.quick, a.budget_s, a.record, a.show),
+    flags=("quick", "only", "budget_s", "show"),
+    quick="small runs of every part (ch08_quick.json)",
+    only=PARTS,
+    budget_s=570,
+)
 
 if __name__ == "__main__":
-    main()
+    cli.main(["ch08", *sys.argv[1:]])

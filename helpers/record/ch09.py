@@ -2,10 +2,10 @@
 
 Record on a box with two GPUs (one file per part, results/<hardware>/ch09_<part>.json):
 
-    python -m helpers.record.ch09 --record                      # every part
-    python -m helpers.record.ch09 --record --parts resnet,moe   # some parts
-    python -m helpers.record.ch09 --record --quick              # 1-2 min smoke run -> ch09_quick.json
-    python -m helpers.record.ch09 --record --parts resnet --gpus 1 --budget_s 60   # one GPU: results/1x<GPU>/
+    python -m helpers.record ch09 --record                     # every part
+    python -m helpers.record ch09 --record --only resnet moe   # some parts
+    python -m helpers.record ch09 --record --quick             # 1-2 min smoke run (ch09_quick)
+    python -m helpers.record ch09 --record --only resnet --gpus 1 --budget_s 60  # results/1x<GPU>/
 
 With ``--gpus 1`` (on a machine that shows exactly one GPU) the one-process runs are recorded and
 every two-process run is kept in the record as not run, "needs 2 GPUs".
@@ -22,33 +22,22 @@ recording goes on. Nothing here needs a GPU to import: the tests check the run l
 
 from __future__ import annotations
 
+import sys
 import time
 
+from helpers.record import cli
+from helpers.record.results import save
 from helpers.record.runner import run_part
-from helpers.record.results import recorder_main, save
 
 NPROC = 2
-ONE_GPU_COMMAND = "python -m helpers.record.ch09 --record --parts resnet --gpus 1"
-ONE_GPU_BUDGET_S = (
-    60  # the one-GPU ResNet recording's budget in the book's device call (one ~35 s run)
-)
+ONE_GPU_COMMAND = cli.command("ch09", ["--record", "--only", "resnet", "--gpus", "1"])
+ONE_GPU_BUDGET_S = 60  # the one-GPU ResNet recording's budget in the device call (one ~35 s run)
 RESNET_S = 40  # about what the one-GPU ResNet run takes on an H200 (the 2-GPU box's record: 34 s)
 PARTS = ("resnet", "hybrid", "nan", "moe", "sp", "nan2048")
 RESNET_PLUGINS = ("torch_ddp", "torch_ddp_fp16", "low_level_zero", "gemini")
-HYBRID_COMMON = [
-    "--preset",
-    "half",
-    "--batch",
-    "16",
-    "--seq",
-    "1024",
-    "--steps",
-    "10",
-    "--ref_steps",
-    "4",
-    "--optim",
-    "hybrid_adam",
-]
+HYBRID_COMMON = (
+    "--preset half --batch 16 --seq 1024 --steps 10 --ref_steps 4 --optim hybrid_adam".split()
+)
 HYBRID_LAYOUTS = {  # name: (GPUs, flags)
     "1 GPU": (1, []),
     "dp=2 ZeRO-1": (2, ["--zero", "1"]),
@@ -57,46 +46,24 @@ HYBRID_LAYOUTS = {  # name: (GPUs, flags)
     "tp=2 + split_gather SP": (2, ["--tp", "2", "--sp_mode", "split_gather"]),
     "sp=2 all_to_all": (2, ["--sp", "2", "--sp_mode", "all_to_all"]),
 }
-NAN_COMMON = [
-    "--preset",
-    "1b",
-    "--batch",
-    "8",
-    "--seq",
-    "1024",
-    "--steps",
-    "20",
-    "--ref_steps",
-    "0",
-    "--optim",
-    "hybrid_adam",
-    "--watch",
-    "--lr",
-    "3e-4",
-]
+NAN_COMMON = (
+    "--preset 1b --batch 8 --seq 1024 --steps 20 --ref_steps 0 --optim hybrid_adam --watch "
+    "--lr 3e-4"
+).split()
 NAN_RUNS = {
     "tp=2 bf16, one repeated batch": ["--tp", "2", "--repeat"],
-    "tp=2 bf16, repeated, logits gathered (parallel_output=0)": [
-        "--tp",
-        "2",
-        "--repeat",
-        "--parallel_output",
-        "0",
-    ],
+    "tp=2 bf16, repeated, logits gathered (parallel_output=0)": (
+        "--tp 2 --repeat --parallel_output 0".split()
+    ),
     "dp=2 bf16, one repeated batch": ["--repeat"],
     "tp=2 bf16, fresh batches": ["--tp", "2"],
 }
-NAN2048_RUNS = {  # the report's setting exactly (seq 2048, batch 8, zero 0); the gathered-logits run decides
-    # whether DistCrossEntropy is involved, if tp=2 ever fails where dp=2 does not
+# the report's setting exactly (seq 2048, batch 8, zero 0); the gathered-logits run decides whether
+# DistCrossEntropy is involved, if tp=2 ever fails where dp=2 does not
+NAN2048_RUNS = {
     "tp=2 bf16, one repeated batch, seq 2048": ["--tp", "2", "--repeat"],
     "dp=2 bf16, one repeated batch, seq 2048": ["--repeat"],
-    "tp=2 bf16, repeated, seq 2048, logits gathered": [
-        "--tp",
-        "2",
-        "--repeat",
-        "--parallel_output",
-        "0",
-    ],
+    "tp=2 bf16, repeated, seq 2048, logits gathered": "--tp 2 --repeat --parallel_output 0".split(),
 }
 MOE_RUNS = {
     "Mixtral ep=2 (zero 1)": ["--ep", "2"],
@@ -121,15 +88,8 @@ def run_list(
     if part == "resnet":
         epochs = ["--epochs", "3" if quick else "30"]
         common = ["--data", "digits", "--interval", "0", *epochs]
-        runs = [
-            (
-                "1 GPU, torch_ddp (baseline)",
-                "ch09_resnet_train",
-                1,
-                common + ["-p", "torch_ddp"],
-                400.0,
-            )
-        ]
+        baseline = ("1 GPU, torch_ddp (baseline)", "ch09_resnet_train", 1)
+        runs = [(*baseline, common + ["-p", "torch_ddp"], 400.0)]
         runs += [
             (f"2 GPUs, {p}", "ch09_resnet_train", 2, common + ["-p", p], 240.0)
             for p in RESNET_PLUGINS
@@ -140,42 +100,15 @@ def run_list(
         return runs
     if part == "hybrid":
         if quick:
-            return [
-                (
-                    "tp=2 (tiny)",
-                    "ch09_hybrid",
-                    2,
-                    ["--tp", "2", "--preset", "tiny", "--seq", "256", "--steps", "6"],
-                    240.0,
-                )
-            ]
+            tiny = ["--tp", "2", "--preset", "tiny", "--seq", "256", "--steps", "6"]
+            return [("tp=2 (tiny)", "ch09_hybrid", 2, tiny, 240.0)]
         return [
             (n, "ch09_hybrid", g, HYBRID_COMMON + a, 300.0) for n, (g, a) in HYBRID_LAYOUTS.items()
         ]
     if part == "nan":
         if quick:
-            return [
-                (
-                    "tp=2 bf16, repeated (tiny)",
-                    "ch09_hybrid",
-                    2,
-                    [
-                        "--tp",
-                        "2",
-                        "--repeat",
-                        "--watch",
-                        "--preset",
-                        "tiny",
-                        "--seq",
-                        "256",
-                        "--steps",
-                        "6",
-                        "--ref_steps",
-                        "0",
-                    ],
-                    240.0,
-                )
-            ]
+            tiny = "--tp 2 --repeat --watch --preset tiny --seq 256 --steps 6 --ref_steps 0".split()
+            return [("tp=2 bf16, repeated (tiny)", "ch09_hybrid", 2, tiny, 240.0)]
         return [(n, "ch09_hybrid", 2, NAN_COMMON + a, 300.0) for n, a in NAN_RUNS.items()]
     if part == "nan2048":
         common = [a if a != "1024" else "2048" for a in NAN_COMMON]
@@ -183,49 +116,13 @@ def run_list(
         return run_list("nan", quick=True) if quick else runs
     if part == "moe":
         if quick:
-            return [
-                (
-                    "Mixtral ep=2 (small)",
-                    "ch09_mixtral",
-                    2,
-                    [
-                        "--ep",
-                        "2",
-                        "--layers",
-                        "2",
-                        "--hidden",
-                        "256",
-                        "--seq",
-                        "256",
-                        "--steps",
-                        "4",
-                        "--ref_steps",
-                        "2",
-                    ],
-                    240.0,
-                )
-            ]
+            small = "--ep 2 --layers 2 --hidden 256 --seq 256 --steps 4 --ref_steps 2".split()
+            return [("Mixtral ep=2 (small)", "ch09_mixtral", 2, small, 240.0)]
         return [(n, "ch09_mixtral", 2, a, 300.0) for n, a in MOE_RUNS.items()]
     if part == "sp":
         if quick:
-            return [
-                (
-                    "sp=2 all_to_all (tiny)",
-                    "ch09_sp_sweep",
-                    2,
-                    [
-                        "--sp",
-                        "2",
-                        "--sp_mode",
-                        "all_to_all",
-                        "--preset",
-                        "tiny",
-                        "--seqs",
-                        "512,1024",
-                    ],
-                    240.0,
-                )
-            ]
+            tiny = "--sp 2 --sp_mode all_to_all --preset tiny --seqs 512,1024".split()
+            return [("sp=2 all_to_all (tiny)", "ch09_sp_sweep", 2, tiny, 240.0)]
         return [(n, "ch09_sp_sweep", 2, a, 420.0) for n, a in SP_RUNS.items()]
     raise ValueError(f"unknown part {part!r}: one of {PARTS}")
 
@@ -238,7 +135,8 @@ def cifar10_present() -> bool:
 
 
 def digits_missing() -> str | None:
-    """None when the digits can be read here (scikit-learn, or the copy in helpers/data), else why not."""
+    """None when the digits can be read here (scikit-learn, or the copy in helpers/data), else why
+    not."""
     from helpers.models.data import digits_csv
 
     try:
@@ -260,19 +158,17 @@ def record(
     """Every run of ``parts`` within ``budget_s``; on ``gpus`` < 2 the two-GPU runs are recorded as
     not run ("needs 2 GPUs") and the one-GPU runs run (results/1x<GPU>/ch09_<part>.json)."""
     start = time.monotonic()
-    command = (
-        "python -m helpers.record.ch09 --record"
-        + (" --quick" if quick else "")
-        + f" --parts {','.join(parts)}"
-        + (f" --gpus {gpus} --budget_s {budget_s:g}" if gpus != NPROC else "")
-    )
+    words = ["--record", *(["--quick"] if quick else []), "--only", *parts]
+    words += ["--gpus", str(gpus), "--budget_s", f"{budget_s:g}"] if gpus != NPROC else []
+    command = cli.command("ch09", words)
     recorded: dict[str, list] = {}
     for part in parts:
         missing = None
         if part == "resnet":
             present = cifar10_present()
             print(
-                f"[ch09] CIFAR-10 under $DATA: {'present' if present else 'absent'}; the ResNet runs use the digits",
+                f"[ch09] CIFAR-10 under $DATA: {'present' if present else 'absent'}; "
+                "the ResNet runs use the digits",
                 flush=True,
             )
             missing = digits_missing()
@@ -301,9 +197,21 @@ def record(
     return recorded
 
 
-def main() -> None:
-    recorder_main(__doc__, "ch09", PARTS, record, 540, gpus=NPROC)
-
+SPEC = cli.Recorder(
+    "ch09",
+    "Chapter 9: the quick demos under Colossal-AI's plugins (ResNet, hybrid Llama, NaN, MoE, SP)",
+    "ch09_<part>.json (" + ", ".join(PARTS) + ")",
+    lambda a: record(
+        list(a.only or PARTS), a.quick, a.budget_s, a.record, a.show, a.gpus or NPROC, a.copy_to
+    ),
+    flags=("quick", "only", "budget_s", "gpus", "copy_to", "show"),
+    quick="small runs of every part (ch09_quick.json)",
+    only=PARTS,
+    budget_s=540,
+    gpus=NPROC,
+    one_gpu=ONE_GPU_COMMAND,
+    one_gpu_budget_s=ONE_GPU_BUDGET_S,
+)
 
 if __name__ == "__main__":
-    main()
+    cli.main(["ch09", *sys.argv[1:]])

@@ -1,8 +1,9 @@
 """Measured results with their provenance, under ``results/<hardware>/<name>.json``.
 
 Used by every chapter that shows a GPU number. Only code writes these files: a run on the GPU
-box calls :func:`save`, and a CPU notebook calls :func:`load` to show what was measured, with
-the hardware, date, versions and the command that produced it. ``load(name, gpus=1)`` (or
+box calls :func:`save`, and a CPU notebook calls :func:`load` (or :func:`recorded`, None when
+absent) to show what was measured, with the hardware, date, versions and the command that
+produced it. ``load(name, gpus=1)`` (or
 ``hardware=...``) asks for one machine's record: the one-GPU records (results/1x<GPU>/, made by the
 recorders' ``--gpus 1`` for a one-GPU reader) sit beside the 2-GPU ones under the same names, and a
 plain ``load(name)`` returns them only when no record with more GPUs exists.
@@ -101,7 +102,8 @@ def save(
 
 
 def gpus_in(hardware_name: str) -> int | None:
-    """The number of GPUs a hardware folder's name says: '2xNVIDIA-H200' -> 2, 'cpu' -> 0, else None."""
+    """The number of GPUs a hardware folder's name says: '2xNVIDIA-H200' -> 2, 'cpu' -> 0, else
+    None."""
     if hardware_name == "cpu":
         return 0
     found = re.match(r"(\d+)x", hardware_name)
@@ -134,8 +136,8 @@ def load(name: str, hardware: str | None = None, gpus: int | None = None) -> dic
             [f" for hardware {hardware}" if hardware else "", f" on {gpus} GPU(s)" if gpus else ""]
         )
         raise FileNotFoundError(
-            f"no recorded GPU result '{name}'{where} under {RESULTS_DIR}: run the chapter's recording "
-            f"command on a GPU box first"
+            f"no recorded GPU result '{name}'{where} under {RESULTS_DIR}: "
+            f"run the chapter's recording command on a GPU box first"
         )
     records = [json.loads(p.read_text()) for p in found]
     return max(records, key=lambda r: r["provenance"]["date"])
@@ -156,17 +158,39 @@ def find(name: str, hardware: str | None = None, gpus: int | None = None) -> dic
         return None
 
 
+def recorded(
+    name: str, part: str | None = None, gpus: int | None = 2, quick: bool = False
+) -> dict | None:
+    """The newest record a chapter shows: ``name`` (with ``part``: ``<name>_<part>``, one part of a
+    recorder that records in parts) made on ``gpus`` GPUs (default 2, the book's box; 1: the
+    one-GPU record of ``--gpus 1``; None: :func:`load`'s choice), or None when there is none.
+
+    ``quick``: failing that, the part's runs of the quick smoke recording (``<name>_quick``, small
+    models), marked ``"quick": True`` (Chapter 9's parts)."""
+    record = find(f"{name}_{part}" if part else name, gpus=gpus)
+    if record is not None or not (quick and part):
+        return record
+    smoke = find(f"{name}_quick", gpus=gpus)
+    runs = [r for r in (smoke or {}).get("runs", []) if r.get("part") == part]
+    return {**smoke, "runs": runs, "quick": True} if runs else None
+
+
 def earlier(name: str) -> dict | None:
-    """The record ``name`` already written on this machine's hardware (a partial re-recording keeps its runs)."""
+    """The record ``name`` already written on this machine's hardware (a partial re-recording keeps
+    its runs)."""
     path = RESULTS_DIR / hardware() / f"{name}.json"
     return json.loads(path.read_text()) if path.exists() else None
 
 
-def merge_runs(earlier: dict | None, new: list[dict], replaces=lambda new, old: True) -> list[dict]:
-    """The earlier record's runs that ``new`` does not replace, each stamped with the provenance it was
-    made with, then the new runs. ``replaces(new_run, old_run)`` decides for a name in both (default:
-    the new run wins). Used by Chapter 7's and the multi-GPU recorder's ``--only``; :func:`carried_over`
-    names the kept recordings."""
+def _always(new: dict, old: dict) -> bool:
+    return True
+
+
+def merge_runs(earlier: dict | None, new: list[dict], replaces=_always) -> list[dict]:
+    """The earlier record's runs that ``new`` does not replace, each stamped with the provenance it
+    was made with, then the new runs. ``replaces(new_run, old_run)`` decides for a name in both
+    (default: the new run wins). Used by Chapter 7's and the multi-GPU recorder's ``--only``;
+    :func:`carried_over` names the kept recordings."""
     old = {
         r["name"]: {**r, "provenance": r.get("provenance", earlier["provenance"])}
         for r in (earlier or {}).get("runs", [])
@@ -177,13 +201,15 @@ def merge_runs(earlier: dict | None, new: list[dict], replaces=lambda new, old: 
 
 
 def describe(record: dict) -> str:
-    """One paragraph of provenance for a notebook (plus a line per earlier recording whose runs it kept)."""
+    """One paragraph of provenance for a notebook (plus a line per earlier recording whose runs it
+    kept)."""
     p = record["provenance"]
     v = p["versions"]
     return "\n".join(
         [
-            f"Recorded on {p['hardware']} on {p['date']} with torch {v['torch']} (CUDA {v['cuda']}), "
-            f"Colossal-AI {v['colossalai']}, transformers {v['transformers']}, commit {p['git_commit'][:10]}.",
+            f"Recorded on {p['hardware']} on {p['date']} with torch {v['torch']} "
+            f"(CUDA {v['cuda']}), Colossal-AI {v['colossalai']}, transformers {v['transformers']}, "
+            f"commit {p['git_commit'][:10]}.",
             f"Command: {p['command']}",
         ]
         + carried_over(record)
@@ -193,7 +219,8 @@ def describe(record: dict) -> str:
 def carried_over(record: dict) -> list[str]:
     """One line per earlier recording whose runs a partial re-recording kept (commit, date, count).
 
-    A re-recording of some runs (Chapter 7's ``--only``) stamps each kept run with its own provenance."""
+    A re-recording of some runs (Chapter 7's ``--only``) stamps each kept run with its own
+    provenance."""
     groups: dict[tuple, int] = {}
     for r in record.get("runs", []):
         if isinstance(r, dict) and "provenance" in r:
@@ -209,66 +236,8 @@ def format_table(rows: list[dict], columns: list[str]) -> str:
     """A plain-text table; values are printed as given (round them first)."""
     cells = [[str(r.get(c, "")) for c in columns] for r in rows]
     widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(columns)]
-    line = lambda vals: "  ".join(v.ljust(w) for v, w in zip(vals, widths)).rstrip()
+
+    def line(vals: list[str]) -> str:
+        return "  ".join(v.ljust(w) for v, w in zip(vals, widths)).rstrip()
+
     return "\n".join([line(columns), line(["-" * w for w in widths])] + [line(r) for r in cells])
-
-
-def recorder_main(
-    doc: str, chapter: str, parts: tuple[str, ...], record, budget_s: float, gpus: int | None = None
-) -> None:
-    """The command line shared by the chapters' GPU recorders that come in parts (Chapters 8, 9):
-    ``python -m helpers.chapterNN --record [--quick] [--parts a,b] [--budget_s S] [--show ...]``,
-    then ``record(parts, quick, budget_s, save_results, show)``.
-
-    ``gpus``: the recorder's world size (Chapter 9: 2); given, the command line gains ``--gpus N``
-    and ``record`` is called with ``gpus=N`` (runs that need more are recorded as not run)."""
-    import argparse
-
-    parser = argparse.ArgumentParser(description=doc.split("\n")[0])
-    parser.add_argument(
-        "--record", action="store_true", help=f"write results/<hardware>/{chapter}_<part>.json"
-    )
-    parser.add_argument(
-        "--quick", action="store_true", help=f"small runs of every part ({chapter}_quick.json)"
-    )
-    parser.add_argument(
-        "--parts", default=",".join(parts), help=f"comma-separated subset of {parts}"
-    )
-    parser.add_argument(
-        "--budget_s", type=float, default=budget_s, help="skip the runs that would start after this"
-    )
-    parser.add_argument(
-        "--show", choices=("none", "rank0", "all"), default="none", help="stream the ranks' output"
-    )
-    if gpus is not None:
-        parser.add_argument(
-            "--gpus",
-            type=int,
-            default=None,
-            help=f"GPUs to record on (default {gpus}); runs that need more are recorded as not run",
-        )
-        parser.add_argument(
-            "--copy_to", default=None, help="also copy every saved record here (e.g. $OUT)"
-        )
-    args = parser.parse_args()
-    chosen = [p for p in args.parts.split(",") if p]
-    for p in chosen:
-        if p not in parts:
-            parser.error(f"unknown part {p!r}: one of {parts}")
-    if gpus is None:
-        record(chosen, args.quick, args.budget_s, args.record, args.show)
-        return
-    from helpers.record.runner import world_mismatch
-
-    wrong = world_mismatch(args.gpus, args.record)
-    if wrong:
-        parser.error(wrong)
-    record(
-        chosen,
-        args.quick,
-        args.budget_s,
-        args.record,
-        args.show,
-        gpus=args.gpus or gpus,
-        copy_to=args.copy_to,
-    )

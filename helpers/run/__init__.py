@@ -1,6 +1,9 @@
 """Where and how ranks run (Chapter 1, "Where the ranks run").
 
-env (inside a rank: backend, device and the placement rule), launch (torchrun from a notebook or
-a test), kernels (Colossal-AI's JIT kernels and their build lock, Chapter 8), gpu_suite (``make
-test-gpu`` and its record).
+env (inside a rank: backend, device and the placement rule), cli (every demo's command line, the
+GPU guard, the plugins' lifetime), launch (torchrun from a notebook or a test), failure (which
+rank of a failed launch failed first), shared (launches shared within one test run), collectives
+(timing the four collectives, Chapter 3), groups (the process groups Colossal-AI builds, Chapter
+2), kernels (Colossal-AI's JIT kernels, Chapter 8) and build_lock (their build lock), gpu_suite
+(``make test-gpu`` and its record).
 """

@@ -31,11 +31,10 @@ from pathlib import Path
 import psutil
 
 from helpers.run.env import RESULT_PREFIX, placement_env
+from helpers.run.failure import LAUNCHER, failing_rank
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 _RANK_LINE = re.compile(r"^\[(?:rank|default)(\d+)\]:(.*)$")
-_ROOT_CAUSE_RANK = re.compile(r"^\s*rank\s*:\s*(\d+)")
-LAUNCHER = -1  # pseudo-rank for torchrun's own lines
 QUIET_ENV = {
     "PYTHONWARNINGS": "ignore",
     "TRANSFORMERS_VERBOSITY": "error",
@@ -130,69 +129,6 @@ def _kill_all(procs: list[psutil.Process], grace_s: float = 3.0) -> None:
             return
 
 
-# Errors a rank raises because *another* rank died: never the root cause.
-_KNOCK_ON = (
-    "Connection closed by peer",
-    "remote worker",
-    "Connection reset by peer",
-    "Broken pipe",
-    "NCCL communicator was aborted",
-    "ProcessGroupNCCL is aborted",
-)
-
-
-def _failing_rank(lines: dict[int, list[str]]) -> int | None:
-    """The rank that failed first of its own accord.
-
-    A crash on one rank makes its partners fail too (gloo: "Connection closed by peer"), and on a
-    busy machine torchrun may see a partner exit first; so a rank whose traceback ends in such a
-    knock-on error is only chosen when no rank failed for a reason of its own.
-    """
-    with_traceback = [
-        r
-        for r in sorted(k for k in lines if k != LAUNCHER)
-        if any("Traceback" in line for line in lines[r])
-    ]
-    own = [r for r in with_traceback if not any(s in "\n".join(lines[r][-5:]) for s in _KNOCK_ON)]
-    if own:
-        return own[0]
-    launcher = lines.get(LAUNCHER, [])
-    killed = _killed_by_signal(launcher)
-    if (
-        killed
-    ):  # e.g. SIGKILL (OOM killer, a lost node): no traceback, and torchrun's tie-break may miss it
-        return killed[0]
-    for i, line in enumerate(launcher):
-        if "Root Cause" in line:
-            for later in launcher[i:]:
-                m = _ROOT_CAUSE_RANK.match(later)
-                if m:
-                    return int(m.group(1))
-    return with_traceback[0] if with_traceback else None
-
-
-_EXITCODE = re.compile(r"^\s*exitcode\s*:\s*-(\d+)")
-
-
-def _killed_by_signal(launcher: list[str]) -> list[int]:
-    """Ranks torchrun's failure summary lists as ended by a signal other than its own SIGTERM.
-
-    torchrun stamps failures to the second and breaks ties by rank, so a partner that exits on its
-    own knock-on error in the same second can be named "Root Cause" instead of the rank that was
-    killed; a rank that died of a signal torchrun did not send is the cause.
-    """
-    ranks, rank = [], None
-    for line in launcher:
-        m = _ROOT_CAUSE_RANK.match(line)
-        if m:
-            rank = int(m.group(1))
-            continue
-        m = _EXITCODE.match(line)
-        if m and rank is not None and int(m.group(1)) != signal.SIGTERM and rank not in ranks:
-            ranks.append(rank)
-    return ranks
-
-
 def _tail(lines: list[str], n: int = 40) -> str:
     return "\n".join(lines[-n:])
 
@@ -236,9 +172,7 @@ def launch(
         start_new_session=True,
     )
     out: queue.Queue[str | None] = queue.Queue()
-    reader = threading.Thread(
-        target=lambda: [out.put(l) for l in proc.stdout] + [out.put(None)], daemon=True
-    )
+    reader = threading.Thread(target=_pump, args=(proc.stdout, out), daemon=True)
     reader.start()
 
     lines: dict[int, list[str]] = {}
@@ -291,7 +225,7 @@ def launch(
             None,
         )
     if proc.returncode != 0:
-        rank = _failing_rank(lines)
+        rank = failing_rank(lines)
         shown = lines.get(rank, []) if rank is not None else lines.get(LAUNCHER, [])
         raise LaunchError(
             f"{name} failed (exit code {proc.returncode})"
@@ -313,6 +247,13 @@ def launch(
     if show != "none":
         print(f"✓ {name} on {nproc} rank(s) in {seconds:.1f} s")
     return LaunchResult(name, nproc, seconds, results, lines)
+
+
+def _pump(stream, out: queue.Queue) -> None:
+    """Every line of ``stream`` into ``out``, then None when it closes."""
+    for line in stream:
+        out.put(line)
+    out.put(None)
 
 
 def _take_line(line: str, lines: dict[int, list[str]], results: list[dict], show: str) -> None:

@@ -1,7 +1,18 @@
-"""Training machinery (Chapters 5 and 8).
+"""Training machinery (Chapters 1, 3, 5 and 6-9): what the demos in ``helpers/demos`` call.
 
-reference (single-process references a demo checks itself against), checkpoint (resumable
-Booster checkpoints), signals (throughput, memory, communication wait), speed (the tuning knobs),
-profiling (compute versus communication), share (the communication share of a step), faults
-(deliberate failures), diagnose (a failed log -> cause and fix), labs (the failure labs).
+Checking and references: reference (single-process references a demo checks itself against),
+grid3d (Chapter 2's D × P × T grid), flat_buffer (Chapter 7's ZeRO-1 storage), moe_check and
+ce_check (Chapter 9's expert-parallel and cross-entropy checks).
+
+Training through a plugin: plugin_step (Chapter 1's Booster runs, Chapter 3's measured layouts),
+layout_step (Chapter 7's layouts step by step), framework_run (FSDP2 or a plugin, Chapters 6 and
+8), presets (Chapter 9's Llama shapes and MFU), benchmark (Chapter 9's hybrid benchmark),
+seq_sweep (its sequence-length sweep), moe_plugin (Mixtral under MoeHybridParallelPlugin),
+resnet (the ResNet quick demo), share and share_cases (the communication share of a step).
+
+Chapter 5's entry point: run_config (flags and config), loop (the training loop), checkpoint
+(resumable Booster checkpoints), atomic (directories that appear whole), weights (comparing two
+runs' weights). Measuring and failing: signals (throughput, memory, communication wait), speed
+(the tuning knobs), profiling (compute versus communication), faults (deliberate failures),
+diagnose (a failed log -> cause and fix), labs and kernel_lock_lab (the failure labs).
 """

@@ -1,4 +1,5 @@
-"""Resumable checkpoints through a Colossal-AI Booster: weights, optimizer, scheduler, step, RNG, data.
+"""Resumable checkpoints through a Colossal-AI Booster: weights, optimizer, scheduler, step, RNG,
+data.
 
 Used by Chapter 5's entry point (``helpers.demos.ch05_train``). One checkpoint is one directory::
 
@@ -6,17 +7,15 @@ Used by Chapter 5's entry point (``helpers.demos.ch05_train``). One checkpoint i
         model.pt           booster.save_model        (a folder of shards when sharded)
         optimizer.pt       booster.save_optimizer    (a folder of shards when sharded)
         lr_scheduler.pt    booster.save_lr_scheduler
-        rank00000.pt ...   one per rank: RNG states (python, numpy, torch CPU, CUDA) and data position
+        rank00000.pt ...   one per rank: RNG states (python, numpy, torch CPU, CUDA), data position
         meta.json          step, world layout, data position, losses so far, versions
 
-Atomic: every rank writes into ``.tmp-step_00000006/``; after a barrier (Colossal-AI's ``save_*``
-calls end without one) rank 0 writes ``meta.json`` last and renames the folder to its final name.
-``rename`` is atomic on a POSIX file system, so a directory called ``step_*`` is always complete:
-a rank killed mid-save leaves only a ``.tmp-*`` folder, which :func:`latest` ignores and the next
-save of that step replaces. With ``keep_last=k`` only the newest k checkpoints stay: older ones
-are deleted *after* the new one is published, so a crash at any moment leaves at least one
-complete checkpoint (:func:`prune`). With several nodes the checkpoint folder must be on a file system
-that every node sees (NFS, Lustre, ...), as Colossal-AI's sharded checkpoints already require.
+Atomic (:mod:`helpers.train.atomic`): every rank writes into ``.tmp-step_00000006/``; after a
+barrier (Colossal-AI's ``save_*`` calls end without one) rank 0 writes ``meta.json`` last and
+renames the folder, so a directory called ``step_*`` is always complete and :func:`latest`
+ignores what a rank killed mid-save leaves. With ``keep_last=k`` only the newest k checkpoints
+stay, deleted *after* the new one is published (:func:`prune`). With several nodes the folder
+must be on a file system every node sees (NFS, Lustre, ...), as sharded checkpoints require.
 
 Resuming bit for bit needs the same layout: each rank's RNG stream and its slice of every global
 batch depend on it, so :func:`load` refuses a checkpoint from a different layout and says why.
@@ -28,7 +27,6 @@ but not identically.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import random
@@ -37,15 +35,15 @@ import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 import torch
-import torch.distributed as dist
 from torch.utils.data import DistributedSampler
 
+from helpers.train.atomic import TMP_PREFIX, atomic_dir, write_json_atomic
+from helpers.train.atomic import barrier, fsync_dir, this_rank
+
 STEP_DIR = re.compile(r"^step_(\d{8})$")
-TMP_PREFIX = ".tmp-"
 
 
 def step_dir(root: str | os.PathLike, step: int) -> Path:
@@ -53,7 +51,8 @@ def step_dir(root: str | os.PathLike, step: int) -> Path:
 
 
 def latest(root: str | os.PathLike) -> Path | None:
-    """The complete checkpoint with the highest step under ``root`` (``.tmp-*`` folders never count)."""
+    """The complete checkpoint with the highest step under ``root`` (``.tmp-*`` folders never
+    count)."""
     root = Path(root)
     if not root.is_dir():
         return None
@@ -61,71 +60,6 @@ def latest(root: str | os.PathLike) -> Path | None:
         (int(m.group(1)), p) for p in root.iterdir() if p.is_dir() and (m := STEP_DIR.match(p.name))
     ]
     return max(found)[1] if found else None
-
-
-# --- atomic directories ----------------------------------------------------------------------
-
-
-def _barrier() -> None:
-    if dist.is_available() and dist.is_initialized():
-        dist.barrier()
-
-
-def _rank() -> int:
-    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
-
-
-def _fsync_dir(path: Path) -> None:
-    """Flush a directory entry (the rename itself) to disk; a no-op where directories can't be opened."""
-    with contextlib.suppress(OSError):
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
-@contextlib.contextmanager
-def atomic_dir(final: str | os.PathLike) -> Iterator[Path]:
-    """Write a directory on every rank, then publish it under ``final`` in one rename.
-
-    Rank 0 clears a stale ``.tmp-<name>`` (left by an earlier kill) and creates it; after a barrier
-    every rank writes its files into it. On leaving the block: barrier (every rank has finished
-    writing), rank 0 renames, barrier (no rank goes on before the checkpoint exists). If the block
-    raises, nothing is renamed. Works without a process group too (one process).
-    """
-    final = Path(final)
-    tmp = final.with_name(TMP_PREFIX + final.name)
-    if _rank() == 0:
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-    _barrier()
-    yield tmp
-    _barrier()
-    if _rank() == 0:
-        if final.exists():  # same step saved again (e.g. a resumed run): replace it whole
-            old = final.with_name(TMP_PREFIX + "old-" + final.name)
-            shutil.rmtree(old, ignore_errors=True)
-            os.replace(final, old)
-            os.replace(tmp, final)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, final)
-        _fsync_dir(final.parent)
-    _barrier()
-
-
-def write_json_atomic(path: Path, data: dict) -> None:
-    """Write JSON through a temporary file and ``os.replace`` (readers never see half a file)."""
-    tmp = path.with_name(path.name + ".part")
-    with open(tmp, "w") as f:
-        json.dump(data, f, indent=1, sort_keys=True)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
-# --- RNG and data position ------------------------------------------------------------------
 
 
 def rng_state() -> dict:
@@ -150,7 +84,7 @@ def set_rng_state(state: dict) -> None:
 
 @dataclass
 class DataPosition:
-    """Where the data stream stands: epoch, batches already taken in it, samples seen by the world."""
+    """Where the data stream stands: epoch, batches taken in it, samples seen by the world."""
 
     epoch: int = 0
     batch_in_epoch: int = 0
@@ -162,7 +96,8 @@ class ResumableSampler(DistributedSampler):
 
     The order of an epoch depends only on ``(seed, epoch)`` and the number of replicas, so skipping
     the first ``start`` indices of this rank's share reproduces exactly what an uninterrupted run
-    would have drawn next. Pass it as ``plugin.prepare_dataloader(..., distributed_sampler_cls=...)``.
+    would have drawn next. Pass it as
+    ``plugin.prepare_dataloader(..., distributed_sampler_cls=...)``.
     """
 
     start = 0
@@ -178,9 +113,6 @@ class ResumableSampler(DistributedSampler):
 
     def __len__(self) -> int:
         return self.num_samples - self.start
-
-
-# --- save and load --------------------------------------------------------------------------
 
 
 @dataclass
@@ -220,7 +152,7 @@ def save(
     is the fault demo's hook: that rank SIGKILLs itself after writing its own files, before the
     rename, to show that an interrupted save never becomes a checkpoint.
     """
-    rank = _rank()
+    rank = this_rank()
     final = step_dir(root, step)
     with atomic_dir(final) as tmp:
         booster.save_model(model, str(tmp / ("model" if shard else "model.pt")), shard=shard)
@@ -234,7 +166,7 @@ def save(
             from helpers.train.faults import die
 
             die(f"rank {rank} killed while saving step {step}")
-        _barrier()  # save_* ends without a barrier: rank 0 writes meta.json only when all are done
+        barrier()  # save_* ends without a barrier: rank 0 writes meta.json only when all are done
         if rank == 0:
             import colossalai
 
@@ -249,7 +181,7 @@ def save(
                 **(extra or {}),
             }
             write_json_atomic(tmp / "meta.json", meta)
-    if keep_last is not None and _rank() == 0:
+    if keep_last is not None and this_rank() == 0:
         prune(root, keep_last, protect=final)
     return final
 
@@ -275,7 +207,7 @@ def prune(root: str | os.PathLike, keep_last: int, protect: Path | None = None) 
         os.replace(path, trash)
         shutil.rmtree(trash, ignore_errors=True)
     if doomed:
-        _fsync_dir(root)
+        fsync_dir(root)
     return doomed
 
 
@@ -304,7 +236,8 @@ def check_layout(saved: dict, now: dict, path: Path, reshard: bool = False) -> N
         if fixed:
             listed = ", ".join(f"{k} {a} -> {b}" for k, (a, b) in sorted(fixed.items()))
             raise IncompatibleCheckpoint(
-                f"cannot reshard {path.name}: {listed}. A resumed run must keep the global batch size "
+                f"cannot reshard {path.name}: {listed}. A resumed run must keep the global "
+                "batch size "
                 "and the seed, or it is a different run; only the split over ranks may change."
             )
         return
@@ -312,7 +245,8 @@ def check_layout(saved: dict, now: dict, path: Path, reshard: bool = False) -> N
         listed = ", ".join(f"{k} {a} -> {b}" for k, (a, b) in sorted(diffs.items()))
         raise IncompatibleCheckpoint(
             f"cannot resume {path.name}: it was saved with a different layout ({listed}). "
-            "Each rank's RNG stream and its slice of every global batch depend on the data-parallel "
+            "Each rank's RNG stream and its slice of every global batch depend on the "
+            "data-parallel "
             "size, so this run would not continue the saved one. Relaunch with the saved layout "
             f"({saved.get('world_size')} processes in all), or pass --reshard to continue the same "
             "run (same global batch and seed) under the new layout, not bit for bit."
@@ -333,7 +267,7 @@ def load(
     Under another layout (``reshard``) the saved per-rank RNG states belong to other ranks: each
     rank is re-seeded from ``(seed, step, rank)`` instead and the data position is the saved one."""
     path = Path(path)
-    _barrier()  # a checkpoint saved earlier in this run is only complete once every rank has written
+    barrier()  # a checkpoint saved earlier in this run is only complete once every rank has written
     meta = read_meta(path)
     check_layout(meta["layout"], layout, path, reshard)
     shard = meta.get("shard", False)
@@ -342,13 +276,12 @@ def load(
     if scheduler is not None:
         booster.load_lr_scheduler(scheduler, str(path / "lr_scheduler.pt"))
     if meta["layout"] == layout:
-        own = torch.load(
-            _rank_file(path, _rank()), weights_only=False
-        )  # our own file: RNG tuples, not only tensors
+        # our own file: RNG tuples, not only tensors
+        own = torch.load(_rank_file(path, this_rank()), weights_only=False)
         set_rng_state(own["rng"])
         data = DataPosition(**own["data"])
     else:  # resharded: the saved streams were other ranks'; start new ones, deterministically
-        reseed(layout["seed"], meta["step"], _rank())
+        reseed(layout["seed"], meta["step"], this_rank())
         data = DataPosition(**meta["data"])
     return Resumed(path, meta["step"], data, meta.get("losses", []), meta)
 
@@ -359,49 +292,3 @@ def reseed(seed: int, step: int, rank: int) -> None:
     random.seed(value)
     np.random.seed(value % 2**32)
     torch.manual_seed(value)  # also seeds every CUDA device
-
-
-def params_digest(state_dict: dict[str, torch.Tensor]) -> str:
-    """SHA-256 over every tensor's name, dtype, shape and bytes: equal digests = bitwise-equal weights."""
-    import hashlib
-
-    h = hashlib.sha256()
-    for name in sorted(state_dict):
-        t = state_dict[name].detach().cpu().contiguous()
-        h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
-        h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
-    return h.hexdigest()
-
-
-def full_weights(path: str | os.PathLike) -> dict[str, torch.Tensor]:
-    """The model weights of a checkpoint from :func:`save`, whole tensors on the CPU.
-
-    Unsharded: ``model.pt``. Sharded (Colossal-AI's index + shard files, one set per pipeline
-    stage): every file the index's ``weight_map`` names; the hybrid plugin gathers tensor-parallel
-    pieces before writing, so the tensors are whole either way."""
-    path = Path(path)
-    if (path / "model.pt").is_file():
-        return torch.load(path / "model.pt", map_location="cpu", weights_only=True)
-    index = next((path / "model").glob("*.index.json"), None)
-    if index is None:
-        raise FileNotFoundError(
-            f"{path} holds neither model.pt nor a sharded model/ folder with an index"
-        )
-    state: dict[str, torch.Tensor] = {}
-    for name in sorted(set(json.loads(index.read_text())["weight_map"].values())):
-        if name.endswith(".safetensors"):
-            from safetensors.torch import load_file
-
-            state.update(load_file(path / "model" / name))
-        else:
-            state.update(torch.load(path / "model" / name, map_location="cpu", weights_only=True))
-    return state
-
-
-def max_param_diff(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
-    """Largest |a - b| over every parameter of two state dicts (they must have the same keys)."""
-    if a.keys() != b.keys():
-        raise KeyError(f"different parameters: {sorted(a.keys() ^ b.keys())[:5]}")
-    return max(
-        float((a[k].double() - b[k].double()).abs().max()) if a[k].numel() else 0.0 for k in a
-    )

@@ -42,9 +42,11 @@ _RULES = [  # (kind, pattern, cause, fix); the first pattern found in the log wi
         "init_hang",
         r"waiting for clients\. (\d+)/(\d+) clients joined|RendezvousTimeoutError|"
         r"Timed out after \d+ seconds waiting for clients",
-        "fewer processes joined than WORLD_SIZE says: the process groups expected do not match the processes "
+        "fewer processes joined than WORLD_SIZE says: the process groups expected do not match the "
+        "processes "
         "started",
-        "check WORLD_SIZE, RANK (unique, 0..WORLD_SIZE-1), MASTER_ADDR and MASTER_PORT on every node, and "
+        "check WORLD_SIZE, RANK (unique, 0..WORLD_SIZE-1), MASTER_ADDR and MASTER_PORT on every "
+        "node, and "
         "--nnodes/--nproc_per_node; start every node",
     ),
     (
@@ -52,42 +54,54 @@ _RULES = [  # (kind, pattern, cause, fix); the first pattern found in the log wi
         r"CUDA out of memory|OutOfMemoryError|DefaultCPUAllocator: can't allocate memory|"
         r"\bMemoryError\b",
         "model states plus activations exceed the memory of one device (or the process's cap)",
-        "estimate with the memory model (Chapter 7); then ZeRO / sharding for model states, recomputation "
-        "(gradient checkpointing) or a smaller micro-batch for activations, offload as a last resort",
+        "estimate with the memory model (Chapter 7); then ZeRO / sharding for model states, "
+        "recomputation "
+        "(gradient checkpointing) or a smaller micro-batch for activations, offload as a last "
+        "resort",
     ),
     (
         "nan_loss",
         r"loss is (nan|inf|-inf)|non-finite loss|Loss is NaN",
-        "the loss became non-finite: the run diverged (learning rate too high, no clipping, fp16 overflow) or "
+        "the loss became non-finite: the run diverged (learning rate too high, no clipping, fp16 "
+        "overflow) or "
         "a batch holds bad values",
-        "lower the learning rate or add warm-up, clip gradients (max_norm), prefer bf16 over fp16 (or a loss "
+        "lower the learning rate or add warm-up, clip gradients (max_norm), prefer bf16 over fp16 "
+        "(or a loss "
         "scaler), check the data of that step; resume from the last finite checkpoint",
     ),
     (
         "rank_crash",
         r"exitcode\s*:\s*-(9|6|11|7)\b|Signal (9|6|11|7) \(SIG\w+\) received",
-        "a rank was killed by a signal (a lost node, the host's OOM killer, a segfault); its partners then "
+        "a rank was killed by a signal (a lost node, the host's OOM killer, a segfault); its "
+        "partners then "
         "fail with 'Connection closed by peer' or a timeout",
-        "read the dead rank's own log and the host's (dmesg for the OOM killer); replace the node; resume "
+        "read the dead rank's own log and the host's (dmesg for the OOM killer); replace the node; "
+        "resume "
         "from the last checkpoint",
     ),
     (
         "stale_kernel_lock",
         r"\[extension\] Compiling the JIT \S+ kernel",
-        "a run was killed while building Colossal-AI's JIT kernels (or waiting for that build), or waits on "
-        "the build lock such a run left: torch's FileBaton lock in ~/.cache/colossalai/torch_extensions has "
+        "a run was killed while building Colossal-AI's JIT kernels (or waiting for that build), or "
+        "waits on "
+        "the build lock such a run left: torch's FileBaton lock in "
+        "~/.cache/colossalai/torch_extensions has "
         "no live holder, and every Colossal-AI run on the machine waits on it forever, silently",
-        f"{CLEAR_COMMAND} (it deletes only locks no live process holds), then make kernels once per machine "
+        f"{CLEAR_COMMAND} (it deletes only locks no live process holds), then make kernels once "
+        "per machine "
         "(about a minute) before timed runs, or give the first run a timeout above the build",
     ),
     (
         "collective_mismatch",
         r"Timed out waiting \d+ms for (recv|send)|Watchdog caught collective operation "
         r"timeout|Detected mismatch between collectives|collective operation timeout",
-        "ranks did not call the same collectives in the same order (one skipped or added one), or a rank "
+        "ranks did not call the same collectives in the same order (one skipped or added one), or "
+        "a rank "
         "stalled: the partners wait until the timeout",
-        "make every rank run the same collectives (no rank-dependent `continue` around an all-reduce); "
-        "TORCH_DISTRIBUTED_DEBUG=DETAIL checks the sequence; on NCCL set TORCH_NCCL_ASYNC_ERROR_HANDLING and "
+        "make every rank run the same collectives (no rank-dependent `continue` around an "
+        "all-reduce); "
+        "TORCH_DISTRIBUTED_DEBUG=DETAIL checks the sequence; on NCCL set "
+        "TORCH_NCCL_ASYNC_ERROR_HANDLING and "
         "read the watchdog's SeqNum/OpType; shrink the layout to find a faulty node",
     ),
 ]

@@ -2,16 +2,17 @@
 
 ``run_lab(name)`` starts the failing command (:mod:`helpers.demos.ch08_fail`, under torchrun or
 as hand-started ranks), waits at most ``timeout_s``, kills whatever is left of the process tree,
-and returns the merged log with :func:`helpers.train.diagnose.diagnose`'s verdict. Every lab sets short
-timeouts itself (5 s for the process group), so each ends in seconds on an idle CPU.
+and returns the merged log with :func:`helpers.train.diagnose.diagnose`'s verdict. Every lab sets
+short timeouts itself (5 s for the process group), so each ends in seconds on an idle CPU.
 
 Labs: ``init_hang`` (WORLD_SIZE=2 but one process started), ``collective_mismatch`` (rank 1
 skips an all-reduce), ``port_in_use`` (MASTER_PORT held by another socket), ``rank_crash``
 (rank 1 SIGKILLed at step 2), ``nan_loss`` (learning rate 30), ``cpu_oom`` and its fix
 ``cpu_oom_recompute`` (an address-space cap on the process, with and without recomputation),
-``stale_kernel_lock`` and its fix ``stale_kernel_lock_cleared`` (:mod:`helpers.demos.ch08_kernel_lock`:
-torch's kernel-build lock left by a SIGKILLed build, a second run waiting on it for the lab's 3 s
-timeout, then :func:`helpers.run.kernels.clear_stale` and a third run that finishes).
+``stale_kernel_lock`` and its fix ``stale_kernel_lock_cleared``
+(:mod:`helpers.demos.ch08_kernel_lock`: torch's kernel-build lock left by a SIGKILLed build, a
+second run waiting on it for the lab's 3 s timeout, then :func:`helpers.run.build_lock.clear_stale`
+and a third run that finishes).
 """
 
 from __future__ import annotations
@@ -116,7 +117,8 @@ def lab_command(name: str, port: int | None = None) -> tuple[list[str], dict[str
     if name == "nan_loss":
         return _torchrun(2, ["--mode", "nan", "--timeout_s", "5"]), {}
     if name in ("cpu_oom", "cpu_oom_recompute"):
-        # a fixed mmap threshold: glibc returns freed tensors to the OS, so the cap sees live memory only
+        # a fixed mmap threshold: glibc returns freed tensors to the OS, so the cap sees live
+        # memory only
         return [sys.executable, "-m", DEMO, "--mode", "oom"] + (
             ["--recompute"] if name.endswith("recompute") else []
         ), {"MALLOC_MMAP_THRESHOLD_": "1048576"}

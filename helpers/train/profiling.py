@@ -66,7 +66,8 @@ def split(events: list[tuple[str, float, float]]) -> dict:
 
 
 def device_events(prof, device: str) -> list[tuple[str, float, float]]:
-    """(name, start, end) in µs of the kernels (cuda) or the aten/c10d operators (cpu) of a profile."""
+    """(name, start, end) in µs of the kernels (cuda) or the aten/c10d operators (cpu) of a
+    profile."""
     from torch.autograd import DeviceType
 
     out = []
@@ -97,7 +98,8 @@ def breakdown(prof, device: str, steps: int) -> dict:
     return out
 
 
-KERNEL_CLASSES = (  # (class, words in the kernel's name); the first match wins, "elementwise/other" is the rest
+# (class, words in the kernel's name); the first match wins, "elementwise/other" is the rest
+KERNEL_CLASSES = (
     ("communication", _COMM_WORDS),
     ("attention", ("flash", "fmha", "attention", "attn")),
     (
@@ -129,7 +131,8 @@ def kernel_class(name: str) -> str:
 
 
 def kernel_classes(events: list[tuple[str, float, float]], steps: int, top: int = 5) -> dict:
-    """{'ms': {class: ms per step}, 'top': [[name, ms per step], ...]} from (name, start_us, end_us) events.
+    """{'ms': {class: ms per step}, 'top': [[name, ms per step], ...]} from (name, start_us,
+    end_us) events.
 
     Kernel durations are summed, not merged: on one stream compute kernels run one after another."""
     per_class: dict[str, float] = {}

@@ -5,11 +5,19 @@ that check a parallel run against its unsplit twin. Every rank rebuilds the whol
 same seed, runs it on the whole batch on its own, and compares its shard of the parallel result
 with the matching slice of that reference; a mismatch raises :class:`AssertionError` naming the
 tensor, so a wrong split fails loudly instead of printing a plausible number.
+
+The references themselves: :func:`train_reference` (AdamW on whole batches, Chapter 1, "the same
+with Colossal-AI"), :func:`train_reference_mixed` (the same with Colossal-AI's mixed precision:
+Chapters 1, 6, 8 and 9) and :func:`reference_adam_step` (unsharded Adam, Chapter 7's ZeRO-1).
 """
 
 from __future__ import annotations
 
+import copy
+
 import torch
+
+from helpers.models.llama import shard_batch
 
 
 def strict_fp32() -> None:
@@ -25,7 +33,8 @@ def tolerances(device: torch.device) -> dict[str, float]:
 
 
 def check_close(what: str, got: torch.Tensor, want: torch.Tensor) -> float:
-    """Raise ``AssertionError`` if ``got`` differs from the reference ``want``; else return max |got - want|."""
+    """Raise ``AssertionError`` if ``got`` differs from the reference ``want``; else return
+    max |got - want|."""
     got, want = got.detach(), want.detach()
     tol = tolerances(got.device)
     # torch.allclose is assert_close's test (|got - want| <= atol + rtol * |want|) without its
@@ -60,3 +69,73 @@ def global_max(value: float, device: torch.device) -> float:
 def sig(x: float, digits: int = 4) -> float:
     """``x`` rounded to ``digits`` significant digits, for output that must not drift run to run."""
     return float(f"{x:.{digits}g}")
+
+
+def train_reference(model, batches, lr):
+    """AdamW on every whole batch in one process: the losses a data-parallel run must match."""
+    opt = torch.optim.AdamW(model.parameters(), lr=lr)
+    losses = []
+    for batch in batches:
+        loss = model(**batch).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        losses.append(loss.item())
+    return losses
+
+
+def train_reference_mixed(model, batches, lr, dtype, chunks: int = 1):
+    """Mixed precision as Colossal-AI does it: fp32 master weights updated by AdamW, a 16-bit
+    working copy for forward and backward, refreshed from the masters after every step.
+
+    ``chunks`` > 1 accumulates each batch's gradient over that many equal slices of its rows (the
+    memory of one slice; the same mean loss, since every sequence has the same number of
+    labels)."""
+    if dtype == torch.float32 and chunks == 1:
+        return train_reference(model, batches, lr)
+    work = copy.deepcopy(model).to(dtype) if dtype != torch.float32 else model
+    opt = torch.optim.AdamW(model.parameters(), lr=lr)
+    losses = []
+    for batch in batches:
+        total = 0.0
+        for k in range(chunks):
+            loss = work(**shard_batch(batch, k, chunks)).loss / chunks
+            loss.backward()
+            total += loss.item()
+        if work is not model:
+            for master, w in zip(model.parameters(), work.parameters()):
+                master.grad, w.grad = w.grad.float(), None
+        opt.step()
+        opt.zero_grad()
+        if work is not model:
+            with torch.no_grad():
+                for master, w in zip(model.parameters(), work.parameters()):
+                    w.copy_(master)
+        losses.append(total)
+    return losses
+
+
+def reference_adam_step(params, m, v, steps, lr, betas, eps) -> None:
+    """Unsharded Adam on every parameter: what ``torch.optim.Adam(params, lr, betas, eps).step()``
+    runs.
+
+    ``steps`` holds one step-count tensor per parameter, starting at 0: the function counts it up.
+    """
+    from torch.optim.adam import adam
+
+    adam(
+        params,
+        [p.grad for p in params],
+        m,
+        v,
+        [],
+        steps,
+        foreach=None,
+        amsgrad=False,
+        beta1=betas[0],
+        beta2=betas[1],
+        lr=lr,
+        weight_decay=0.0,
+        eps=eps,
+        maximize=False,
+    )

@@ -1,10 +1,12 @@
-"""Measuring the seed's communication share of a real training step, with communication switchable off.
+"""Measuring the seed's communication share of a real training step, with communication
+switchable off.
 
-Used by Chapter 3 (the 0.5 rule) through ``helpers/demos/ch03_share.py``. The seed (策略选择方法)
+Used by Chapter 3 (the 0.5 rule) through ``helpers/demos/ch03_share.py``
+(:mod:`helpers.train.share_cases`). The seed (策略选择方法)
 judges a layout by share = t_comm / (t_comm + t_compute) and, above 0.5, advises lowering tensor
 parallelism, raising the batch, or overlapping communication with computation
-(:func:`helpers.cost.comm.comm_share`). To *measure* the two times on a real step, every layout here can
-run the very same step with its communication switched off:
+(:func:`helpers.cost.comm.comm_share`). To *measure* the two times on a real step, every layout
+here can run the very same step with its communication switched off:
 
 * t_compute = the step time with communication off (same kernels, same shapes, no collective),
 * t_comm = the step time with communication on minus t_compute: the *exposed* communication,
@@ -12,16 +14,17 @@ run the very same step with its communication switched off:
   kernels run (e.g. torch.profiler's kernel time) would also count communication that overlapped.
 
 On GPUs :func:`nccl_kernel_times` also reads the GPU's clock (torch.profiler/CUPTI through
-:class:`helpers.train.signals.KernelTimer`): the time NCCL kernels run per step and the part of it no
-other kernel overlaps. With overlap the first exceeds the second; the step-time difference above
+:class:`helpers.train.signals.KernelTimer`): the time NCCL kernels run per step and the part of it
+no other kernel overlaps. With overlap the first exceeds the second; the step-time difference above
 is the one the share uses.
 
 Three layouts over the whole world of ranks:
 
 * ``tp``: Megatron tensor parallelism of a Hugging Face Llama (Shoeybi et al. 2019, §3): q/k/v and
   gate/up projections split by output rows (whole heads per rank), o/down projections by input
-  columns; f enters and g leaves each attention and MLP block (:mod:`helpers.parallel.tp`), so 2 all-reduces
-  of b·s·h per layer forward and 2 backward. Embeddings, norms and the head stay replicated.
+  columns; f enters and g leaves each attention and MLP block (:mod:`helpers.parallel.tp`), so 2
+  all-reduces of b·s·h per layer forward and 2 backward. Embeddings, norms and the head stay
+  replicated.
 * ``dp``: data parallelism with every gradient in one flat buffer, all-reduced once after backward
   (no overlap).
 * ``ddp``: torch DistributedDataParallel, whose gradient buckets are all-reduced *during* backward
@@ -50,7 +53,8 @@ class CommSwitch:
 
 
 class _Enter(nn.Module):
-    """Megatron's f (identity forward, all-reduce of the gradient backward), or identity when off."""
+    """Megatron's f (identity forward, all-reduce of the gradient backward), or identity when
+    off."""
 
     def __init__(self, switch: CommSwitch, group=None) -> None:
         super().__init__()
@@ -61,7 +65,8 @@ class _Enter(nn.Module):
 
 
 class _Leave(_Enter):
-    """Megatron's g (all-reduce of the partial sums forward, identity backward), or identity when off."""
+    """Megatron's g (all-reduce of the partial sums forward, identity backward), or identity when
+    off."""
 
     def forward(self, x):
         return g(x, self.group) if self.switch.on else x
@@ -74,7 +79,8 @@ def _keep(linear: nn.Linear, dim: int, rank: int, size: int) -> None:
 
 
 def tensor_parallel_llama(model, rank: int, size: int, switch: CommSwitch, group=None):
-    """Split every decoder layer of a ``LlamaForCausalLM`` over ``size`` ranks in place (Megatron TP).
+    """Split every decoder layer of a ``LlamaForCausalLM`` over ``size`` ranks in place (Megatron
+    TP).
 
     transformers' Llama attention reshapes with ``view(*shape, -1, head_dim)``, so a projection that
     keeps H/size query heads and KV/size key-value heads just runs on its own heads.
@@ -192,7 +198,8 @@ def replicas_agree(model, layout: str) -> bool:
 
 def nccl_kernel_times(trainer, batches, dev) -> dict:
     """GPU only: per step, the time NCCL kernels run (busy) and the part no other kernel overlaps
-    (exposed), from torch.profiler/CUPTI (:class:`helpers.train.signals.KernelTimer`); {} on the CPU."""
+    (exposed), from torch.profiler/CUPTI (:class:`helpers.train.signals.KernelTimer`); {} on the
+    CPU."""
     if dev.type != "cuda" or not batches:
         return {}
     from helpers.train.signals import KernelTimer

@@ -23,7 +23,8 @@ contention. On GPUs, NCCL completes a future when the collective is queued on it
 it has finished, so host clocks in the hook measure nothing useful there. On a GPU the meter reads
 the GPU's own clock instead (:class:`KernelTimer`, ``torch.profiler`` through CUPTI): "busy" is the
 time an NCCL kernel runs, "wait" the part of it during which no other kernel runs (communication
-nothing hides). On the CPU without a DDP module to hook (e.g. no data parallelism) the line says "n/a".
+nothing hides). On the CPU without a DDP module to hook (e.g. no data parallelism) the line says
+"n/a".
 """
 
 from __future__ import annotations
@@ -43,7 +44,8 @@ MiB = 2**20
 
 
 def memory_now(device: torch.device) -> dict[str, float]:
-    """Memory of this rank in MiB: GPU peak allocated since the last call, or CPU RSS and its peak."""
+    """Memory of this rank in MiB: GPU peak allocated since the last call, or CPU RSS and its
+    peak."""
     if device.type == "cuda":
         peak = torch.cuda.max_memory_allocated(device) / MiB
         torch.cuda.reset_peak_memory_stats(device)
@@ -110,7 +112,7 @@ class CommTimer:
             buckets, self._buckets = self._buckets, []
         if buckets:
             self.busy_s += _union_length(buckets)
-            self.wait_s += max(0.0, max(d for _, d in buckets) - max(l for l, _ in buckets))
+            self.wait_s += max(0.0, max(d for _, d in buckets) - max(start for start, _ in buckets))
 
     def take(self) -> tuple[float, float]:
         busy, wait = self.busy_s, self.wait_s
@@ -217,12 +219,14 @@ class Signals:
         mem = (
             f"GPU peak {self.memory['gpu_peak_mib']:.0f} MiB"
             if "gpu_peak_mib" in self.memory
-            else f"RSS {self.memory['rss_mib']:.0f} MiB (peak {self.memory['rss_peak_mib']:.0f} MiB)"
+            else f"RSS {self.memory['rss_mib']:.0f} MiB "
+            f"(peak {self.memory['rss_peak_mib']:.0f} MiB)"
         )
         comm = (
             "comm wait n/a (no DDP hook on the CPU)"
             if self.comm_wait_share is None
-            else f"comm wait {100 * self.comm_wait_share:.1f}% (comm busy {100 * self.comm_busy_share:.1f}%)"
+            else f"comm wait {100 * self.comm_wait_share:.1f}% "
+            f"(comm busy {100 * self.comm_busy_share:.1f}%)"
         )
         return (
             f"{self.samples_per_s:.1f} samples/s, {self.tokens_per_s:.1f} tokens/s | {mem} | {comm}"

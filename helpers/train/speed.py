@@ -1,7 +1,8 @@
 """The tuning knobs of Chapter 8's flagship run (:mod:`helpers.record.flagship`), one function each.
 
-Used by :mod:`helpers.demos.ch08_train` (flags ``--compile``, ``--optim``, ``--plugin_kw``). Each knob
-is one change a reader can make to their own step, measured one at a time on 2×H200:
+Used by :mod:`helpers.demos.ch08_train` (flags ``--compile``, ``--optim``, ``--plugin_kw``;
+:mod:`helpers.train.framework_run`). Each knob is one change a reader can make to their own step,
+measured one at a time on 2×H200:
 
 * :func:`compile_layers` — ``torch.compile`` per decoder layer (the granularity torchtitan uses):
   Inductor fuses the elementwise chain a Llama layer runs in eager mode (RMSNorm's fp32 upcast,
@@ -52,7 +53,8 @@ def add_arguments(p) -> None:
 
 
 def tune_boosted(model, optimizer, args, plugin_kw: dict) -> None:
-    """Apply ``--compile`` and ``--norm_on_device`` to a model and optimizer a Colossal-AI plugin boosted.
+    """Apply ``--compile`` and ``--norm_on_device`` to a model and optimizer a Colossal-AI plugin
+    boosted.
 
     Compiling comes after boosting (shardformer's policies match the uncompiled module names); with
     ``overlap_allgather`` the all-gather waits then move to layer pre-hooks (Dynamo cannot trace
@@ -104,7 +106,8 @@ def make_optimizer(name: str, params, lr: float, weight_decay: float = 0.01):
 
 
 def plugin_kwargs(pairs: list[str] | None) -> dict:
-    """``["reduce_bucket_size_in_m=128", "enable_async_reduce=False"]`` -> plugin constructor kwargs.
+    """``["reduce_bucket_size_in_m=128", "enable_async_reduce=False"]`` -> plugin constructor
+    kwargs.
 
     Values are Python literals (numbers, True/False, None, strings in quotes); a bare word stays a
     string. The plugin's constructor rejects names it does not have."""
@@ -123,7 +126,8 @@ def plugin_kwargs(pairs: list[str] | None) -> dict:
 
 
 def wait_gathers_per_layer(model) -> int:
-    """Make LowLevelZero's ``overlap_allgather`` work with :func:`compile_layers`; returns the hooks added.
+    """Make LowLevelZero's ``overlap_allgather`` work with :func:`compile_layers`; returns the hooks
+    added.
 
     With ``overlap_allgather=True`` the optimizer leaves one pending all-gather per parameter after
     ``step()`` (``zero_hook.set_all_gather_handle``) and the plugin turns every parameter into a
@@ -171,8 +175,8 @@ def grad_norm_on_device(optimizer) -> None:
     """Remove the host syncs from a LowLevelZero ``step()`` that does not clip (``max_norm`` 0).
 
     Colossal-AI 0.5.0's ``LowLevelZeroOptimizer.step`` always calls ``_compute_grad_norm`` (each
-    gradient shard cast to fp64, its norm, a Python sum, ``float()``, an all-reduce, ``.item()``) and
-    ``calculate_global_norm_from_list`` (``math.sqrt``), then multiplies every gradient by
+    gradient shard cast to fp64, its norm, a Python sum, ``float()``, an all-reduce, ``.item()``)
+    and ``calculate_global_norm_from_list`` (``math.sqrt``), then multiplies every gradient by
     ``1 / div_scale`` even when that is 1 (bf16 has no loss scale). Here the norm is one fused
     ``torch._foreach_norm`` in fp32 plus the same all-reduce, kept on the GPU
     (``optimizer.get_grad_norm()`` returns a 0-dim tensor), and the multiply by one is skipped. The

@@ -1,0 +1,131 @@
+"""Chapter 9, "Memory and throughput against sequence length": the sequence-parallel sweep.
+
+Used by ``notebooks/09_quick_demos.ipynb``: each layout's points (one per sequence length) with
+their memory and speed, the allocation a run failed on as the CUDA error states it, and the size
+of the attention scores.
+"""
+
+from __future__ import annotations
+
+import re
+
+import matplotlib.pyplot as plt
+
+from helpers.chapters.ch09_records import failure_line
+from helpers.notebook.plots import DPI, RANK_COLOURS
+
+
+def sweep_points(run: dict) -> list[dict]:
+    """The result lines of a run's sweep, one per sequence length it tried."""
+    return [r for r in run.get("results", []) if "seq" in r]
+
+
+def sp_rows(runs: list[dict]) -> list[dict]:
+    rows = []
+    for run in runs:
+        points = sweep_points(run)
+        fits = [p for p in points if not p["oom"]]
+        oom = [p["seq"] for p in points if p["oom"]]
+        rows.append(
+            {
+                "layout": run["name"],
+                "longest sequence that ran": f"{fits[-1]['seq']:,}" if fits else "none",
+                "out of memory at": f"{oom[0]:,}"
+                if oom
+                else ("-" if run.get("ok") else failure_line(run)),
+                "tokens/s at the longest": f"{fits[-1]['tokens_per_s']:,}" if fits else "",
+            }
+        )
+    return rows
+
+
+def oom_request_gib(point: dict) -> float | None:
+    """The allocation that failed, read from the recorded CUDA error ("Tried to allocate 8.00
+    GiB")."""
+    found = re.search(r"Tried to allocate ([\d.]+) GiB", point.get("error", ""))
+    return float(found.group(1)) if found else None
+
+
+def gpu_capacity_gib(runs: list[dict]) -> float | None:
+    """The GPU's capacity as the recorded CUDA error states it ("total capacity of 139.80 GiB")."""
+    for run in runs:
+        for p in sweep_points(run):
+            found = re.search(r"total capacity of ([\d.]+) GiB", p.get("error", ""))
+            if found:
+                return float(found.group(1))
+    return None
+
+
+def sp_point_rows(runs: list[dict]) -> list[dict]:
+    """One row per sequence length: each layout's peak memory and tokens/s, or the failed
+    allocation."""
+    seqs = sorted({p["seq"] for run in runs for p in sweep_points(run)})
+    rows = []
+    for seq in seqs:
+        row = {"sequence": f"{seq:,}"}
+        for run in runs:
+            p = next((p for p in sweep_points(run) if p["seq"] == seq), None)
+            row[run["name"]] = (
+                ""
+                if p is None
+                else f"OOM: {oom_request_gib(p):.0f} GiB asked, {p['peak_mib'] / 1024:.1f} GiB held"
+                if p["oom"]
+                else f"{p['peak_mib'] / 1024:.1f} GiB, {p['tokens_per_s']:,} tokens/s"
+            )
+        rows.append(row)
+    return rows
+
+
+def sp_figure(runs: list[dict]):
+    """Peak memory and tokens/s against sequence length; a cross at the GPU's capacity where the
+    layout ran out of memory."""
+    fig, (mem, speed) = plt.subplots(1, 2, figsize=(9, 3.4), dpi=DPI)
+    capacity = gpu_capacity_gib(runs)
+    for run, colour, shift in zip(runs, RANK_COLOURS, (1.0, 0.88, 1.12, 1.24)):
+        ok = [p for p in sweep_points(run) if not p["oom"]]
+        mem.plot(
+            [p["seq"] for p in ok],
+            [p["peak_mib"] / 1024 for p in ok],
+            "o-",
+            color=colour,
+            label=run["name"],
+        )
+        speed.plot(
+            [p["seq"] for p in ok],
+            [p["tokens_per_s"] for p in ok],
+            "o-",
+            color=colour,
+            label=run["name"],
+        )
+        for p in sweep_points(run):
+            if p["oom"]:
+                mem.plot(
+                    [p["seq"] * shift],
+                    [capacity or p["peak_mib"] / 1024],
+                    "x",
+                    color=colour,
+                    ms=10,
+                    mew=2,
+                )
+    if capacity:
+        mem.axhline(capacity, color="black", ls="--", lw=1)
+        mem.text(2048, capacity, f"GPU capacity {capacity:.1f} GiB", va="bottom", fontsize=7)
+    for ax, label in ((mem, "peak memory per GPU (GiB)"), (speed, "tokens/s (2 GPUs)")):
+        ax.set_xscale("log", base=2)
+        ax.xaxis.set_major_formatter(lambda v, _: f"{v:,.0f}")
+        ax.set_xlabel("sequence length")
+        ax.set_ylabel(label)
+    speed.yaxis.set_major_formatter(lambda v, _: f"{v / 1000:.0f}k")
+    mem.set_ylim(0, 1.12 * (capacity or mem.get_ylim()[1]))
+    mem.set_title("× = out of memory at that length", fontsize=9)
+    speed.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def attention_scores_gib(
+    seq: int, heads_per_gpu: int, bytes_per_element: int = 4, batch: int = 1
+) -> float:
+    """Size of one layer's attention scores on one GPU, batch × heads × seq × seq elements, in GiB
+    (eager attention; the softmax is taken in fp32, 4 bytes, then cast to bf16, 2 bytes)."""
+    return batch * heads_per_gpu * seq * seq * bytes_per_element / 2**30

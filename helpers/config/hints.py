@@ -1,0 +1,158 @@
+"""Pydantic's validation errors as one actionable message (Chapter 4, "The schema").
+
+:func:`translate` turns the first error pydantic reports for a configuration into one
+:class:`~helpers.config.errors.ConfigError` naming the field, the value and a fix: the closest valid
+key or choice, an example value, or a hint for a key from older formats (legacy ``config.py``
+names, the axis abbreviations dp/tp/pp/sp).
+"""
+
+from __future__ import annotations
+
+import difflib
+from typing import Any
+
+from pydantic import ValidationError
+
+from helpers.config.errors import ConfigError, fail
+from helpers.config.schema import TrainConfig
+from helpers.parallel.vocab import AXES, AXIS_WORDS
+
+_EXAMPLES = {
+    "train": "{batch_size: 128, learning_rate: 3e-4}",
+    "batch_size": 128,
+    "learning_rate": "3e-4",
+    "precision": "bf16",
+    "tensor": 2,
+    "pipeline": 2,
+    "data": 8,
+    "sequence": 2,
+    "microbatches": 4,
+    "zero_stage": 1,
+    "steps": 100,
+    "save_interval": 1000,
+    "keep_last": 3,
+}
+_HINTS = {
+    "parallel": "a legacy config.py key: migrate with helpers.config.legacy.migrate_legacy",
+    "fp16": "precision lives in train: precision: fp16",
+    "optimizer": "the optimizer is set by the training script",
+    "lr": "did you mean 'learning_rate'?",
+    "global_batch_size": "did you mean 'batch_size'? (it is the global batch)",
+}
+_HINTS.update(
+    {
+        ax: f"did you mean '{AXIS_WORDS[ax]}'? (the config spells out the axis names dp/tp/pp/sp)"
+        for ax in AXES
+    }
+)
+
+
+def _field_of(loc: tuple) -> tuple[str, str]:
+    names = [
+        str(x)
+        for x in loc
+        if isinstance(x, str) and not x.startswith(("int", "literal", "function"))
+    ]
+    return ".".join(names), (names[-1] if names else "config")
+
+
+def _get(raw: Any, loc: tuple) -> Any:
+    for key in loc:
+        if isinstance(raw, dict) and key in raw:
+            raw = raw[key]
+    return raw
+
+
+def _unknown_key(e: dict, raw: dict, field: str, key: str, value: Any) -> ConfigError:
+    parent = _get(raw, e["loc"][:-1])
+    section = field.rsplit(".", 1)[0] if "." in field else "config"
+    model = TrainConfig if section == "config" else TrainConfig.model_fields[section].annotation
+    valid = list(model.model_fields)
+    close = difflib.get_close_matches(key, valid, n=1, cutoff=0.5)
+    fix = _HINTS.get(key) or (f"did you mean '{close[0]}'?" if close else "remove it")
+    return fail(
+        field,
+        parent.get(key) if isinstance(parent, dict) else value,
+        f"unknown key in {section}",
+        f"{fix} (valid keys: {', '.join(valid)})",
+    )
+
+
+def _bad_choice(e: dict, field: str, key: str, value: Any) -> ConfigError:
+    valid = [x.strip(" '") for x in e["ctx"]["expected"].replace(" or ", ",").split(",")]
+    close = difflib.get_close_matches(str(value).lower(), valid, n=1, cutoff=0.3)
+    hint = f"did you mean '{close[0]}'? " if close else ""
+    if key == "sequence_mode" and str(value).lower() in ("sequence", "1d"):
+        hint = "legacy mode names do not exist any more; "
+    if key == "kind" and "gpt" in str(value).lower():
+        hint = (
+            "GPT-2 loses its causal mask under HybridParallelPlugin without flash attention "
+            "(Chapter 1); "
+        )
+    return fail(field, value, "not a valid choice", f"{hint}valid: {', '.join(valid)}")
+
+
+def _bound(e: dict, field: str, key: str, value: Any, example: Any) -> ConfigError:
+    kind = e["type"]
+    bound = e["ctx"].get("ge", e["ctx"].get("gt", e["ctx"].get("le")))
+    rel = {"greater_than_equal": "≥", "greater_than": ">", "less_than_equal": "≤"}[kind]
+    if key == "zero_stage":
+        fix = "ZeRO stages are 0 (off), 1, 2 and 3"
+    elif e["loc"][0] == "parallelism":
+        fix = "a degree counts processes: 1 switches the dimension off"
+    elif key == "max_grad_norm":
+        fix = "0 turns clipping off"
+    else:
+        fix = f"use a positive value, e.g. {key}: {example}"
+    return fail(field, value, f"must be {rel} {bound}", fix)
+
+
+def _wrong_type(kind: str, field: str, key: str, value: Any, example: Any) -> ConfigError:
+    want = {"int": "a whole number", "flo": "a number", "str": "a string"}.get(kind[:3], "a number")
+    fix = f"write e.g. {key}: {example}"
+    if (
+        isinstance(value, str)
+        and value.replace("e", "").replace(".", "").replace("-", "").isdigit()
+    ):
+        digits = int(float(value)) if float(value).is_integer() else value
+        fix = f"write the digits, e.g. {key}: {digits}"
+    return fail(field, value, f"must be {want}, not {type(value).__name__}", fix)
+
+
+def translate(err: ValidationError, raw: dict) -> ConfigError:
+    """The first pydantic error as one ConfigError (field, value, fix); the rest are counted
+    after it."""
+    errors = err.errors(include_url=False)
+    e = errors[0]
+    ctx_error = (e.get("ctx") or {}).get("error")
+    if isinstance(ctx_error, ConfigError):
+        return ctx_error
+    field, key = _field_of(e["loc"])
+    value, kind = e.get("input"), e["type"]
+    example = _EXAMPLES.get(key, 1)
+    if kind == "extra_forbidden":
+        msg = _unknown_key(e, raw, field, key, value)
+    elif kind == "missing":
+        msg = fail(field, "(missing)", "required", f"add it, e.g. {key}: {example}")
+    elif kind == "literal_error":
+        msg = _bad_choice(e, field, key, value)
+    elif kind in ("greater_than_equal", "greater_than", "less_than_equal"):
+        msg = _bound(e, field, key, value, example)
+    elif kind in ("model_type", "dict_type", "model_attributes_type"):
+        msg = fail(
+            field,
+            value,
+            "must be a mapping (a section of keys)",
+            f"write it as '{key}:' followed by indented 'key: value' lines",
+        )
+    elif kind == "string_too_short":
+        msg = fail(field, value, "must not be empty", f"name a folder, e.g. {key}: ckpt/run1")
+    elif kind.startswith(("int_", "float_", "string_", "value_error")) or kind == "bool_type":
+        msg = _wrong_type(kind, field, key, value, example)
+    else:
+        msg = fail(field, value, e["msg"], "see the chapter's table of fields")
+    if len(errors) > 1:
+        msg = ConfigError(
+            f"{msg} (and {len(errors) - 1} more problem(s) after this one)", msg.field, msg.value
+        )
+    return msg

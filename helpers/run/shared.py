@@ -1,0 +1,110 @@
+"""Launches shared within one test run: the same demo run is made once and read by all who ask.
+
+``make test`` runs the pytest tests and then every notebook, and often a notebook launches exactly
+the demo a test has just launched. With ``BOOK_SHARED_RUNS`` naming a folder (``make test`` makes a
+fresh one per run), :func:`helpers.run.launch.launch` stores each successful launch there and
+answers a later identical launch from it, printing what the first one printed. Without the
+variable (a reader running a notebook, ``make book EXECUTE=1``) every launch runs.
+
+A launch is shared only when nothing but its command decides its result:
+
+- the key is the demo, the number of ranks, every argument, and the environment the ranks get
+  from the launcher's placement rule (Chapter 1, "Where the ranks run") and from the caller;
+- an argument that names a file or a folder (a checkpoint folder is state on disk) makes the
+  launch private, and so does ``share=False`` (a test that runs a command twice to compare the
+  two runs must really run it twice);
+- failures and timeouts are never stored.
+
+Every launch appends one line to ``log.jsonl`` in the folder; :func:`summary` reads it back.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+ENV = "BOOK_SHARED_RUNS"
+# Variables of the caller's environment that change what a rank computes or where it runs.
+_DECIDING = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS")
+
+
+def folder() -> Path | None:
+    """The run's shared folder, or None when sharing is off."""
+    value = os.environ.get(ENV)
+    return Path(value) if value else None
+
+
+def _names_a_path(arg: str) -> bool:
+    return os.sep in arg or Path(arg).exists()
+
+
+def key(demo: str, nproc: int, args: list[str], env: dict[str, str]) -> str | None:
+    """The launch's key, or None when it must run privately (sharing off, or a path argument).
+
+    ``env`` is what the launcher adds to the ranks' environment (placement and the caller's
+    ``env=``); the deciding variables of this process's environment are added here.
+    """
+    if folder() is None or any(_names_a_path(a) for a in args):
+        return None
+    deciding = {name: os.environ[name] for name in _DECIDING if name in os.environ}
+    material = json.dumps([demo, nproc, list(args), env, deciding], sort_keys=True)
+    return hashlib.sha256(material.encode()).hexdigest()[:24]
+
+
+def load(k: str) -> dict | None:
+    """The stored launch of key ``k`` (fields of :class:`helpers.run.launch.LaunchResult`)."""
+    path = folder() / f"{k}.json"
+    if not path.is_file():
+        return None
+    stored = json.loads(path.read_text())
+    stored["lines"] = {int(rank): lines for rank, lines in stored["lines"].items()}
+    return stored
+
+
+def store(k: str, launched: dict) -> None:
+    """Keep a successful launch under key ``k`` (written whole, then renamed into place)."""
+    path = folder() / f"{k}.json"
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(launched))
+    tmp.replace(path)
+
+
+def log(demo: str, nproc: int, args: list[str], seconds: float, outcome: str) -> None:
+    """One line per launch: ``outcome`` is "ran", "reused" or "private"."""
+    where = folder()
+    if where is None:
+        return
+    entry = {
+        "demo": demo,
+        "nproc": nproc,
+        "args": list(args),
+        "seconds": round(seconds, 2),
+        "outcome": outcome,
+    }
+    with open(where / "log.jsonl", "a") as f:
+        f.write(json.dumps(entry) + "\n")
+
+
+def summary(where: Path | None = None) -> str:
+    """How many launches ran, were reused and were private, and the seconds reuse saved."""
+    where = where or folder()
+    path = where / "log.jsonl" if where else None
+    if path is None or not path.is_file():
+        return "shared runs: none logged"
+    entries = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    count = {o: sum(e["outcome"] == o for e in entries) for o in ("ran", "reused", "private")}
+    saved = sum(e["seconds"] for e in entries if e["outcome"] == "reused")
+    spent = sum(e["seconds"] for e in entries if e["outcome"] != "reused")
+    return (
+        f"shared runs: {len(entries)} launches, {count['ran']} ran and stored, "
+        f"{count['reused']} reused (saving {saved:.0f} s), {count['private']} private; "
+        f"{spent:.0f} s spent in launches"
+    )
+
+
+if __name__ == "__main__":  # python -m helpers.run.shared FOLDER: the summary of a finished run
+    import sys
+
+    print(summary(Path(sys.argv[1]) if len(sys.argv) > 1 else None))
