@@ -2,7 +2,8 @@
 #
 #   make book                build the rendered book from the notebooks' stored outputs
 #   make book EXECUTE=1      re-execute every notebook on this machine, then build
-#   make test                CPU test suite: pytest + nbval (notebooks re-run and compared) + book build
+#   make test                CPU test suite: lint, pytest + nbval (notebooks re-run and compared), book build
+#   make lint                ruff format --check and ruff check (line length 100, pyproject.toml)
 #   make test-gpu            GPU-marked tests, and the notebooks re-run without output comparison
 #   make test-portable       the notebooks compared again under a second CPU kernel path
 #   make kernels             build Colossal-AI's GPU kernels once (clears a stale build lock first)
@@ -63,10 +64,10 @@ step() { local t0=$$(date +%s.%N); echo "==> $$1"; shift; "$$@"; \
   echo "    done in $$(awk -v a="$$t0" -v b="$$(date +%s.%N)" 'BEGIN{printf "%.1f", b-a}') s"; }
 endef
 
-.PHONY: help venv book test test-gpu test-portable kernels chromium clean
+.PHONY: help venv book lint test test-gpu test-portable kernels chromium clean
 
 help:
-	@sed -n '2,18p' Makefile | sed 's/^# \{0,1\}//'
+	@sed -n '2,19p' Makefile | sed 's/^# \{0,1\}//'
 
 # ---------------------------------------------------------------------------------------------
 # venv: Python packages, Colossal-AI (--no-deps), the helpers package, a kernel, offline JS
@@ -158,11 +159,22 @@ chromium:
 	  echo "         (install it yourself, or set BOOK_SKIP_BROWSER=1 to skip that check)" >&2
 	fi
 
-test: $(PYTHON_ENV) $(OFFLINE_STAMP) chromium
+# The code and the notebooks' code cells, held to one format and 100 columns (pyproject.toml);
+# a difference fails with the diff. Fix with: .venv/bin/ruff format . && .venv/bin/ruff check --fix .
+RUFF := $(if $(filter 1,$(NO_VENV)),ruff,$(VENV)/bin/ruff)
+lint: $(PYTHON_ENV)
+	@echo "==> ruff format --check, ruff check ($$($(RUFF) --version))"
+	$(RUFF) format --check --diff helpers tests notebooks
+	$(RUFF) check helpers tests notebooks
+
+test: $(PYTHON_ENV) $(OFFLINE_STAMP) chromium lint
 	@t0=$$(date +%s.%N)
 	rc=0
-	$(RUN_ENV) BOOK_SKIP_BROWSER="$(BOOK_SKIP_BROWSER)" $(PY) -m pytest tests notebooks \
+	shared=$$(mktemp -d -t book-shared-runs-XXXXXX)  # one run of each demo per test run
+	$(RUN_ENV) BOOK_SHARED_RUNS="$$shared" BOOK_SKIP_BROWSER="$(BOOK_SKIP_BROWSER)" $(PY) -m pytest tests notebooks \
 	  --nbval $(NBVAL_FLAGS) $(TIMEOUT_FLAG) -m "not gpu" --durations=15 -q $(PYTEST_ARGS) || rc=$$?
+	echo "==> $$($(PY) -m helpers.run.shared "$$shared")"
+	rm -rf "$$shared"
 	echo "==> make test: pytest wall time $$(awk -v a="$$t0" -v b="$$(date +%s.%N)" 'BEGIN{printf "%.1f", b-a}') s (exit code $$rc)"
 	exit $$rc
 

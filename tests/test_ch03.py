@@ -3,7 +3,7 @@ failure handling."""
 
 import pytest
 
-from helpers.record import ch03 as chapter03, ch03_calibration, ch03_validation
+from helpers.record import ch03, ch03_calibration, ch03_validation
 from helpers.cost.comm import Link, collective_time
 from helpers.run.launch import launch
 
@@ -40,7 +40,7 @@ def test_share_demo_two_ranks():
 
 
 def test_share_cases_parse():
-    assert chapter03.SHARE_CASES["cpu"]
+    assert ch03.SHARE_CASES["cpu"]
     from helpers.train.share_cases import parse_cases
 
     assert parse_cases("tp:2, ddp:8") == [("tp", 2), ("ddp", 8)]
@@ -55,7 +55,7 @@ def test_layouts_demo_cpu_dp_and_refusal():
     r = run.first(0)
     assert r["dp"] == 2 and r["step_s"] > 0 and len(r["steps"]) == 2 and r["backend"] == "gloo"
     # tensor parallelism cannot run on the CPU: the recorder keeps the error instead of aborting
-    failed = chapter03._run("ch03_layouts", ["--tp", "2"], 120, "tp on cpu")
+    failed = ch03._run("ch03_layouts", ["--tp", "2"], 120, "tp on cpu")
     assert "error" in failed and "pure data parallelism" in failed["error"]
 
 

@@ -4,16 +4,16 @@ reference and reports a profiler split; the profiler arithmetic merges overlappi
 
 import pytest
 
-from helpers.record import ch08 as chapter08, runner as recorder
+from helpers.record import ch08, runner as recorder
 from helpers.train.framework_run import layout_from, parser
 from helpers.run.launch import launch
 from helpers.train.profiling import merged_length, split
 
 
 @pytest.mark.parametrize("quick", [False, True])
-@pytest.mark.parametrize("part", chapter08.PARTS)
+@pytest.mark.parametrize("part", ch08.PARTS)
 def test_run_lists_parse(part, quick):
-    runs = chapter08.run_list(part, quick)
+    runs = ch08.run_list(part, quick)
     assert runs
     for name, args, timeout_s in runs:
         layout = layout_from(parser().parse_args(args))
@@ -21,12 +21,12 @@ def test_run_lists_parse(part, quick):
 
 
 def test_compare_is_like_for_like():
-    layouts = [layout_from(parser().parse_args(a)) for _, a, _ in chapter08.run_list("compare")]
+    layouts = [layout_from(parser().parse_args(a)) for _, a, _ in ch08.run_list("compare")]
     assert len({(lay.global_batch, lay.seq, lay.precision, lay.shape) for lay in layouts}) == 1
 
 
 def test_tune_changes_one_knob_at_a_time():
-    runs = chapter08.run_list("tune")
+    runs = ch08.run_list("tune")
     keys = ("tp", "pp", "micro_batch", "microbatches", "recompute", "overlap")
     prev = None
     for _, args, _ in runs:
@@ -41,7 +41,7 @@ def test_tune_changes_one_knob_at_a_time():
 
 
 def test_oom_cap_between_predictions():
-    cap, peaks = chapter08.oom_cap_gib()
+    cap, peaks = ch08.oom_cap_gib()
     before = [v for k, v in peaks.items() if k.startswith("before")]
     fixes = [v for k, v in peaks.items() if k.startswith("fix")]
     assert max(fixes) < cap < min(before)
@@ -67,8 +67,8 @@ def test_record_survives_failures(monkeypatch):
         }
 
     monkeypatch.setattr(recorder, "run_one", fake)
-    out = chapter08.record(["oom"], quick=False, budget_s=1e9, save_results=False)
-    assert len(calls) == len(chapter08.OOM_RUNS) and out["oom"][0]["info"]["cap_gib"] > 0
+    out = ch08.record(["oom"], quick=False, budget_s=1e9, save_results=False)
+    assert len(calls) == len(ch08.OOM_RUNS) and out["oom"][0]["info"]["cap_gib"] > 0
 
 
 @pytest.mark.parametrize("framework", ["fsdp2", "colossal"])
@@ -107,7 +107,7 @@ def test_cpu_path_matches_reference(framework):
     reason="needs at least two CUDA GPUs",
 )
 def test_quick_recording_runs_on_gpus():
-    recorded = chapter08.record(list(chapter08.PARTS), quick=True, budget_s=600, save_results=False)
+    recorded = ch08.record(list(ch08.PARTS), quick=True, budget_s=600, save_results=False)
     runs = [r for part in recorded.values() for r in part if "name" in r]
     assert runs and all(r["ok"] for r in runs), [
         r.get("error", "")[-300:] for r in runs if not r["ok"]
@@ -125,7 +125,7 @@ def test_gemini_part_differs_only_in_async_reduce():
 
     from helpers.train.speed import plugin_kwargs
 
-    (_, on, _), (_, off, _) = chapter08.run_list("gemini")
+    (_, on, _), (_, off, _) = ch08.run_list("gemini")
     a, b = parser().parse_args(on), parser().parse_args(off)
     assert plugin_kwargs(a.plugin_kw) == {} and plugin_kwargs(b.plugin_kw) == {
         "enable_async_reduce": False

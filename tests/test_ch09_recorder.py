@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from helpers.record import ch09 as chapter09, runner as recorder
+from helpers.record import ch09, runner as recorder
 from helpers.cost.mfu import H200_BF16_PEAK as PEAK_FLOPS
 from helpers.run.cli import demo_parser
 from helpers.train.presets import PRESETS, flops_per_token, mfu
@@ -14,8 +14,8 @@ from helpers.models.llama import llama_config, llama_params
 
 @pytest.mark.parametrize("quick", [False, True])
 def test_every_run_parses_with_its_demo(quick):
-    for part in chapter09.PARTS:
-        runs = chapter09.run_list(part, quick)
+    for part in ch09.PARTS:
+        runs = ch09.run_list(part, quick)
         assert runs and (len(runs) == 1 if quick else True)
         for name, demo, gpus, args, timeout_s in runs:
             parser = demo_parser(demo)
@@ -24,9 +24,9 @@ def test_every_run_parses_with_its_demo(quick):
 
 
 def test_the_full_recording_covers_the_issue():
-    resnet = [a for _, _, _, a, _ in chapter09.run_list("resnet")]
-    assert sorted(a[a.index("-p") + 1] for a in resnet[1:]) == sorted(chapter09.RESNET_PLUGINS)
-    hybrid = " ".join(" ".join(a) for _, _, _, a, _ in chapter09.run_list("hybrid"))
+    resnet = [a for _, _, _, a, _ in ch09.run_list("resnet")]
+    assert sorted(a[a.index("-p") + 1] for a in resnet[1:]) == sorted(ch09.RESNET_PLUGINS)
+    hybrid = " ".join(" ".join(a) for _, _, _, a, _ in ch09.run_list("hybrid"))
     for flag in (
         "--tp 2",
         "--pp 2",
@@ -37,16 +37,16 @@ def test_the_full_recording_covers_the_issue():
         "--zero 1",
     ):
         assert flag in hybrid
-    nan = [a for _, _, _, a, _ in chapter09.run_list("nan")]
+    nan = [a for _, _, _, a, _ in ch09.run_list("nan")]
     assert any("--repeat" in a and "--tp" in a for a in nan) and any(
         "--repeat" not in a for a in nan
     )
     sp_modes = [
         a[a.index("--sp_mode") + 1] if "--sp_mode" in a else None
-        for _, _, _, a, _ in chapter09.run_list("sp")
+        for _, _, _, a, _ in ch09.run_list("sp")
     ]
     assert sp_modes == [None, "split_gather", "all_to_all", "ring_attn"]
-    assert [a[a.index("--ep") + 1] for _, _, _, a, _ in chapter09.run_list("moe")] == ["2", "1"]
+    assert [a[a.index("--ep") + 1] for _, _, _, a, _ in ch09.run_list("moe")] == ["2", "1"]
 
 
 def test_mfu_definition():
@@ -113,14 +113,14 @@ def test_a_part_stops_before_each_run_when_told_why_or_out_of_budget():
 
 
 def test_digits_and_cifar_checks():
-    assert chapter09.digits_missing() is None  # scikit-learn is installed here
-    assert chapter09.cifar10_present() in (True, False)
+    assert ch09.digits_missing() is None  # scikit-learn is installed here
+    assert ch09.cifar10_present() in (True, False)
 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(gpu_count() < 2, reason="needs at least two CUDA GPUs")
 def test_quick_recording_runs_on_gpus():
-    recorded = chapter09.record(list(chapter09.PARTS), quick=True, budget_s=600, save_results=False)
+    recorded = ch09.record(list(ch09.PARTS), quick=True, budget_s=600, save_results=False)
     failed = [
         (r["name"], r["error"][-300:]) for runs in recorded.values() for r in runs if not r["ok"]
     ]

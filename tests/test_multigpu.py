@@ -436,7 +436,7 @@ def test_chapter_two_shows_the_record_and_quotes_the_recorders_rules():
     assert "```{glue} ch02-multigpu :doc: ../notebooks/02_combining.ipynb" in page
     assert (
         'show_table(rows, list(rows[0]), "ch02-multigpu")' in code
-        and "multigpu_show.waiting()" in code
+        and "ch02_combining.waiting()" in code
     )
     assert f"within {mr.TOLERANCE} of it" in page and show.command_for(list(mr.KEYS)) in page
     assert (

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers.chapters import ch10_pitfalls as pitfalls, ch11_interview as quiz
+from helpers.chapters import ch10_pitfalls, ch11_interview as quiz
 
 ROOT = Path(__file__).resolve().parents[1]
 BANK = quiz.bank()
@@ -30,8 +30,8 @@ def test_counts():
     assert len({q.id for q in BANK}) == len(BANK)
     assert {q.level for q in BANK} <= set(quiz.LEVELS)
     assert {q.chapter for q in BANK} <= set(quiz.CHAPTERS)
-    assert len(pitfalls.PITFALLS) >= 15
-    assert len(pitfalls.BY_KEY) == len(pitfalls.PITFALLS)
+    assert len(ch10_pitfalls.PITFALLS) >= 15
+    assert len(ch10_pitfalls.BY_KEY) == len(ch10_pitfalls.PITFALLS)
 
 
 @pytest.mark.parametrize("q", NUMERIC, ids=[q.id for q in NUMERIC])
@@ -78,7 +78,9 @@ def test_feedback_and_widget():
 
 
 IN_PROCESS = [
-    p for p in pitfalls.PITFALLS if p.key not in ("pp-loss-rank", "gpt2-causal", "a2a-unsupported")
+    p
+    for p in ch10_pitfalls.PITFALLS
+    if p.key not in ("pp-loss-rank", "gpt2-causal", "a2a-unsupported")
 ]
 
 
@@ -92,13 +94,13 @@ def test_pitfall_demonstrated_and_corrected(p):
 @pytest.mark.parametrize("key", ["pp-loss-rank", "gpt2-causal", "a2a-unsupported"])
 def test_pitfall_runs(key):
     """The demos that start two gloo ranks or call Colossal-AI / transformers code."""
-    assert pitfalls.BY_KEY[key].demo().holds is True
+    assert ch10_pitfalls.BY_KEY[key].demo().holds is True
 
 
 def test_pages_glue_every_pitfall_and_chapter():
     ten = (ROOT / "book" / "10_pitfalls.md").read_text()
     eleven = (ROOT / "book" / "11_interview.md").read_text()
-    for p in pitfalls.PITFALLS:
+    for p in ch10_pitfalls.PITFALLS:
         assert f"```{{glue}} ch10-{p.key}\n:doc: ../notebooks/10_pitfalls.ipynb" in ten, p.key
         assert f"{{doc}}`{p.chapter}`" in ten, p.chapter
         assert (ROOT / "book" / f"{p.chapter}.md").exists()

@@ -41,9 +41,9 @@ class Pitfall:
 
 def _run(name: str) -> Callable[[], Shown]:
     def call() -> Shown:
-        from helpers.chapters import ch10_runs as pitfalls_runs
+        from helpers.chapters import ch10_runs
 
-        return getattr(pitfalls_runs, name)()
+        return getattr(ch10_runs, name)()
 
     return call
 

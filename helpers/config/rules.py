@@ -14,14 +14,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from helpers.config.errors import ConfigError, fail
+from helpers.parallel.layouts import divisors
 from helpers.parallel.vocab import OWN_AXIS_SP_MODES, SHARED_SP_MODES
 
 if TYPE_CHECKING:
     from helpers.config.schema import Model, Parallelism, Train, TrainConfig
-
-
-def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
 
 
 def _nearest(options: list[int], target: int, k: int = 2) -> str:
@@ -130,11 +127,11 @@ def _check_model(p: Parallelism, m: Model) -> None:
             "model.kv_heads",
             m.kv_heads,
             f"grouped-query attention needs kv_heads to divide heads = {m.heads}",
-            f"try kv_heads {_nearest(_divisors(m.heads), m.kv_heads)}",
+            f"try kv_heads {_nearest(divisors(m.heads), m.kv_heads)}",
         )
     for name, n in (("heads", m.heads), ("kv_heads", m.kv)):
         if n % p.tensor:
-            ok = [d for d in _divisors(m.heads) if m.kv % d == 0]
+            ok = [d for d in divisors(m.heads) if m.kv % d == 0]
             raise fail(
                 "parallelism.tensor",
                 p.tensor,
@@ -144,7 +141,7 @@ def _check_model(p: Parallelism, m: Model) -> None:
     for name, n in (("heads", m.heads), ("kv_heads", m.kv)):
         # shardformer computes n // sp // tp without checking the remainder
         if p.sequence_mode == "all_to_all" and n % (p.tensor * p.sequence):
-            ok = [d for d in _divisors(m.heads // p.tensor) if (m.kv // p.tensor) % d == 0]
+            ok = [d for d in divisors(m.heads // p.tensor) if (m.kv // p.tensor) % d == 0]
             raise fail(
                 "parallelism.sequence",
                 p.sequence,
@@ -158,7 +155,7 @@ def _check_model(p: Parallelism, m: Model) -> None:
             p.pipeline,
             f"does not divide model.layers = {m.layers} into equal stages "
             "(the pipeline would run at the pace of its largest stage)",
-            f"try pipeline {_nearest(_divisors(m.layers), p.pipeline)}",
+            f"try pipeline {_nearest(divisors(m.layers), p.pipeline)}",
         )
     split = {"all_to_all": p.sequence, "ring_attn": 2 * p.sequence}.get(p.sequence_mode or "", 1)
     if p.sequence_mode in SHARED_SP_MODES:
@@ -193,7 +190,7 @@ def _check_batch(p: Parallelism, t: Train, data: int) -> None:
             f"global batch {t.batch_size} = data {data} × "
             f"{per_rank} per rank, and {per_rank} is not a multiple of {t.micro_batch_size}",
             f"use a divisor of {per_rank}, "
-            f"e.g. {_nearest(_divisors(per_rank), t.micro_batch_size, 1)}",
+            f"e.g. {_nearest(divisors(per_rank), t.micro_batch_size, 1)}",
         )
     if p.microbatches is not None:
         mbs = t.micro_batch_size or (
@@ -206,7 +203,7 @@ def _check_batch(p: Parallelism, t: Train, data: int) -> None:
                 f"each data rank gets {per_rank} sequences "
                 f"(batch {t.batch_size} / data {data})"
                 + (f" in micro-batches of {mbs}" if mbs else ""),
-                f"use microbatches {_nearest(_divisors(per_rank), p.microbatches)} "
+                f"use microbatches {_nearest(divisors(per_rank), p.microbatches)} "
                 "or change batch_size",
             )
 
@@ -223,7 +220,7 @@ def check_world(cfg: TrainConfig, procs: int) -> None:
             other = mp // getattr(p, big)
             ok = [
                 d
-                for d in _divisors(procs // other if procs % other == 0 else 1)
+                for d in divisors(procs // other if procs % other == 0 else 1)
                 if big != "tensor" or cfg.model.heads % d == 0
             ]
             raise ConfigError(

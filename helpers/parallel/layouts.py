@@ -31,10 +31,13 @@ code it calls. Each rule of :func:`violations` cites where it comes from:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from helpers.config.shape import ModelShape
-from helpers.parallel.mesh import RankMesh
 from helpers.parallel.vocab import AXIS_WORDS, OWN_AXIS_SP_MODES, SHARED_SP_MODES, SP_MODES
+
+if TYPE_CHECKING:  # the rank grid needs torch; counting layouts does not (Chapter 4's checks)
+    from helpers.parallel.mesh import RankMesh
 
 
 def factor_parallelism(
@@ -175,6 +178,8 @@ class Layout:
             raise ValueError(
                 "ring_attn lays ranks out as (dp, pp, sp, tp), not RankMesh's (dp, pp, tp, sp)"
             )
+        from helpers.parallel.mesh import RankMesh
+
         return RankMesh(self.dp, self.pp, self.tp, self.sp)
 
     def plugin_kwargs(self) -> dict:

@@ -26,8 +26,21 @@ import os
 from pathlib import Path
 
 ENV = "BOOK_SHARED_RUNS"
-# Variables of the caller's environment that change what a rank computes or where it runs.
-_DECIDING = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS")
+# The caller's environment variables that can change what a rank computes or where it runs: the
+# book's own (BOOK_*, DATA: a demo's data folder), the CPU kernel path, threads, and the
+# libraries' switches.
+_DECIDING = (
+    "BOOK_",
+    "DATA",
+    "ATEN_",
+    "ONEDNN_",
+    "MKL_",
+    "OMP_",
+    "CUDA_",
+    "NCCL_",
+    "GLOO_",
+    "TORCH",
+)
 
 
 def folder() -> Path | None:
@@ -48,7 +61,11 @@ def key(demo: str, nproc: int, args: list[str], env: dict[str, str]) -> str | No
     """
     if folder() is None or any(_names_a_path(a) for a in args):
         return None
-    deciding = {name: os.environ[name] for name in _DECIDING if name in os.environ}
+    deciding = {
+        name: value
+        for name, value in os.environ.items()
+        if name.startswith(_DECIDING) and name != ENV
+    }
     material = json.dumps([demo, nproc, list(args), env, deciding], sort_keys=True)
     return hashlib.sha256(material.encode()).hexdigest()[:24]
 
@@ -71,18 +88,32 @@ def store(k: str, launched: dict) -> None:
     tmp.replace(path)
 
 
-def log(demo: str, nproc: int, args: list[str], seconds: float, outcome: str) -> None:
+def keep(k: str | None, launched: dict) -> None:
+    """After a successful launch: store it under ``k`` (None: a private run) and log it."""
+    if k is not None:
+        store(k, launched)
+    log(launched["demo"], launched["nproc"], launched["seconds"], "ran" if k else "private")
+
+
+def replay(stored: dict, show: str) -> None:
+    """Print what the stored launch printed live: rank 0's lines (``show="rank0"``), then "✓"."""
+    from helpers.run.env import RESULT_PREFIX
+
+    if show == "rank0":
+        for text in stored["lines"].get(0, []):
+            if not text.startswith(RESULT_PREFIX):
+                print(text, flush=True)
+    if show != "none":
+        print(f"✓ {stored['demo']} on {stored['nproc']} rank(s) in {stored['seconds']:.1f} s")
+    log(stored["demo"], stored["nproc"], stored["seconds"], "reused")
+
+
+def log(demo: str, nproc: int, seconds: float, outcome: str) -> None:
     """One line per launch: ``outcome`` is "ran", "reused" or "private"."""
     where = folder()
     if where is None:
         return
-    entry = {
-        "demo": demo,
-        "nproc": nproc,
-        "args": list(args),
-        "seconds": round(seconds, 2),
-        "outcome": outcome,
-    }
+    entry = {"demo": demo, "nproc": nproc, "seconds": round(seconds, 2), "outcome": outcome}
     with open(where / "log.jsonl", "a") as f:
         f.write(json.dumps(entry) + "\n")
 
