@@ -12,6 +12,7 @@ import pytest
 
 from helpers.chapters import ch08_troubleshooting as show
 from helpers.config.framework_choice import _gemini_fix, decision_rows
+from helpers.record.cli import spelled_today
 from helpers.record.runner import loss_verdict, mean_losses
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -146,6 +147,7 @@ def test_page_quotes_the_record():
     texts = [
         f"commit `{record['provenance']['git_commit'][:7]}`",
         record["provenance"]["command"],
+        spelled_today(record["provenance"]["command"]),
         f"{mean_on[0]:.3f}, {mean_on[1]:.3f}, "
         f"then NaN from step 3 to the last of the {len(mean_on)} steps",
         f"{on[0]['tokens_per_s']:,} tokens/s",

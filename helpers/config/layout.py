@@ -101,14 +101,20 @@ class TrainLayout:
 
     @classmethod
     def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
+        from helpers.run.cli import FLAGS, add  # the flags every demo shares, declared once
+
         default = cls()
         for f in fields(cls):
             value = getattr(default, f.name)
             if f.name == "shape":
                 for k in SHAPE_FLAGS:
-                    parser.add_argument(
-                        f"--{k}", type=int, default=None if k == "ffn" else getattr(value, k)
-                    )
+                    shape_default = None if k == "ffn" else getattr(value, k)
+                    if k in FLAGS:
+                        add(parser, k, shape_default)
+                    else:
+                        parser.add_argument(f"--{k}", type=int, default=shape_default)
+            elif f.name in FLAGS:
+                add(parser, f.name, value)
             elif isinstance(value, bool):
                 parser.add_argument(f"--{f.name}", action="store_true")
             else:

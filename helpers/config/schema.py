@@ -21,6 +21,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, Strict, mode
 
 from helpers.config.errors import ConfigError, fail
 from helpers.config.rules import check, check_world
+from helpers.config.shape import ModelShape
 from helpers.parallel.vocab import OWN_AXIS_SP_MODES, Precision, SpMode
 
 
@@ -95,6 +96,12 @@ class Model(Section):
     @property
     def kv(self) -> int:
         return self.kv_heads or self.heads
+
+    def shape(self) -> ModelShape:
+        """This section as the book's one model shape (Llama-style, FFN width 8h/3 to 64)."""
+        return ModelShape.llama(
+            self.layers, self.hidden, self.heads, self.kv, self.vocab, seq_len=self.seq_len
+        )
 
 
 class TrainConfig(Section):

@@ -210,10 +210,17 @@ def describe(record: dict) -> str:
             f"Recorded on {p['hardware']} on {p['date']} with torch {v['torch']} "
             f"(CUDA {v['cuda']}), Colossal-AI {v['colossalai']}, transformers {v['transformers']}, "
             f"commit {p['git_commit'][:10]}.",
-            f"Command: {p['command']}",
+            f"Command: {p['command']}" + _today(p["command"]),
         ]
         + carried_over(record)
     )
+
+
+def _today(command: str) -> str:
+    from helpers.record.cli import spelled_today
+
+    today = spelled_today(command)
+    return "" if today == command else f" (typed today: {today})"
 
 
 def carried_over(record: dict) -> list[str]:

@@ -28,7 +28,7 @@ import torch.distributed as dist
 
 from helpers.chapters.ch05_launch import ProgressionDataset, layout_of
 from helpers.config.plugin import build_plugin
-from helpers.models.llama import build_llama, llama_config
+from helpers.models.llama import build_llama
 from helpers.run.env import emit, say
 from helpers.train import checkpoint as ckpt
 from helpers.train.faults import maybe_die
@@ -133,14 +133,7 @@ def train(args, env):
     path = resume_path(args, root, layout)
     plugin, booster, spec = build_plugin(cfg, env.device, args.bucket_cap_mb)
     sharded = spec.plugin != "TorchDDPPlugin"
-    config = llama_config(
-        layers=m.layers,
-        hidden=m.hidden,
-        heads=m.heads,
-        kv_heads=m.kv_heads,
-        vocab=m.vocab,
-        max_seq=m.seq_len,
-    )
+    config = m.shape().config(attn="sdpa", max_seq=m.seq_len)
     config.attention_dropout = args.dropout
     model = build_llama(config, seed=t.seed)  # identical initial weights on every rank
     seed_everything(t.seed + 1000 * env.rank)  # each rank its own dropout stream
