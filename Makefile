@@ -14,6 +14,7 @@
 #   SYSTEM_SITE=1            make the venv with --system-site-packages (a GPU box's CUDA torch)
 #   PYTHON=python3           interpreter that creates the venv
 #   BOOK_SKIP_BROWSER=1      skip (loudly) the headless-Chromium check instead of failing without it
+#   TEST_JOBS=2              pytest processes of make test (default 2; 1: no pytest-xdist)
 #   NO_VENV=1                use the python3 already on PATH instead of .venv (e.g. a GPU box
 #                            without a package index: source .gpu-kit/activate.sh; make test-gpu NO_VENV=1)
 
@@ -57,6 +58,11 @@ NBVAL_FLAGS := --nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-current-en
 	--nbval-cell-timeout 600
 # per-test limit (pytest-timeout, in requirements.txt), so a hung rank cannot eat the CI budget
 TIMEOUT_FLAG := --timeout 900
+# pytest processes (pytest-xdist): a test file or notebook stays in one process, with its fixtures
+# and its kernel; the ranks' CPU work is the same, the time they spend waiting now overlaps.
+# TEST_JOBS=1 runs everything in one process.
+TEST_JOBS ?= 2
+JOBS_FLAG := $(if $(filter-out 1,$(TEST_JOBS)),-n $(TEST_JOBS) --dist loadfile)
 
 # Prints "==> step" and "    step: N.N s" around a command (bash function, used in recipes).
 define TIMER
@@ -67,7 +73,7 @@ endef
 .PHONY: help venv book lint test test-gpu test-portable kernels chromium clean
 
 help:
-	@sed -n '2,19p' Makefile | sed 's/^# \{0,1\}//'
+	@sed -n '2,20p' Makefile | sed 's/^# \{0,1\}//'
 
 # ---------------------------------------------------------------------------------------------
 # venv: Python packages, Colossal-AI (--no-deps), the helpers package, a kernel, offline JS
@@ -172,7 +178,7 @@ test: $(PYTHON_ENV) $(OFFLINE_STAMP) chromium lint
 	rc=0
 	shared=$$(mktemp -d -t book-shared-runs-XXXXXX)  # one run of each demo per test run
 	$(RUN_ENV) BOOK_SHARED_RUNS="$$shared" BOOK_SKIP_BROWSER="$(BOOK_SKIP_BROWSER)" $(PY) -m pytest tests notebooks \
-	  --nbval $(NBVAL_FLAGS) $(TIMEOUT_FLAG) -m "not gpu" --durations=15 -q $(PYTEST_ARGS) || rc=$$?
+	  --nbval $(NBVAL_FLAGS) $(TIMEOUT_FLAG) -m "not gpu" --durations=15 -q $(JOBS_FLAG) $(PYTEST_ARGS) || rc=$$?
 	echo "==> $$($(PY) -m helpers.run.shared "$$shared")"
 	rm -rf "$$shared"
 	echo "==> make test: pytest wall time $$(awk -v a="$$t0" -v b="$$(date +%s.%N)" 'BEGIN{printf "%.1f", b-a}') s (exit code $$rc)"
