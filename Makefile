@@ -59,7 +59,8 @@ NBVAL_FLAGS := --nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-current-en
 # per-test limit (pytest-timeout, in requirements.txt), so a hung rank cannot eat the CI budget
 TIMEOUT_FLAG := --timeout 900
 # pytest processes (pytest-xdist): a test file or notebook stays in one process, with its fixtures
-# and its kernel; the ranks' CPU work is the same, the time they spend waiting now overlaps.
+# and its kernel; the ranks' CPU work is the same, the time they spend waiting now overlaps. The
+# notebooks, the longest pieces, are handed out first.
 # TEST_JOBS=1 runs everything in one process.
 TEST_JOBS ?= 2
 JOBS_FLAG := $(if $(filter-out 1,$(TEST_JOBS)),-n $(TEST_JOBS) --dist loadfile)
@@ -177,7 +178,7 @@ test: $(PYTHON_ENV) $(OFFLINE_STAMP) chromium lint
 	@t0=$$(date +%s.%N)
 	rc=0
 	shared=$$(mktemp -d -t book-shared-runs-XXXXXX)  # one run of each demo per test run
-	$(RUN_ENV) BOOK_SHARED_RUNS="$$shared" BOOK_SKIP_BROWSER="$(BOOK_SKIP_BROWSER)" $(PY) -m pytest tests notebooks \
+	$(RUN_ENV) BOOK_SHARED_RUNS="$$shared" BOOK_SKIP_BROWSER="$(BOOK_SKIP_BROWSER)" $(PY) -m pytest notebooks tests \
 	  --nbval $(NBVAL_FLAGS) $(TIMEOUT_FLAG) -m "not gpu" --durations=15 -q $(JOBS_FLAG) $(PYTEST_ARGS) || rc=$$?
 	echo "==> $$($(PY) -m helpers.run.shared "$$shared")"
 	rm -rf "$$shared"
@@ -214,7 +215,7 @@ test-portable: $(PYTHON_ENV) $(OFFLINE_STAMP)
 	echo "==> notebooks under ATEN_CPU_CAPABILITY=$(PORTABLE_CAPABILITY), ONEDNN_MAX_CPU_ISA=$(call ISA_CAP,2), MKL_ENABLE_INSTRUCTIONS=$(call ISA_CAP,3) (this CPU: $$($(PY) -c 'import torch; print(torch.backends.cpu.get_cpu_capability())'))"
 	$(RUN_ENV) ATEN_CPU_CAPABILITY=$(PORTABLE_CAPABILITY) ONEDNN_MAX_CPU_ISA=$(call ISA_CAP,2) \
 	  MKL_ENABLE_INSTRUCTIONS=$(call ISA_CAP,3) $(PY) -m pytest notebooks \
-	  --nbval $(NBVAL_FLAGS) $(TIMEOUT_FLAG) -q $(PYTEST_ARGS) || rc=$$?
+	  --nbval $(NBVAL_FLAGS) $(TIMEOUT_FLAG) -q $(JOBS_FLAG) $(PYTEST_ARGS) || rc=$$?
 	echo "==> make test-portable: wall time $$(awk -v a="$$t0" -v b="$$(date +%s.%N)" 'BEGIN{printf "%.1f", b-a}') s (exit code $$rc)"
 	exit $$rc
 
