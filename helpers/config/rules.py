@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from helpers.config.errors import ConfigError, fail
-from helpers.parallel.layouts import divisors
+from helpers.parallel.factors import divisors
 from helpers.parallel.vocab import OWN_AXIS_SP_MODES, SHARED_SP_MODES
 
 if TYPE_CHECKING:

@@ -22,7 +22,8 @@ import time
 from helpers.config.shape import ModelShape
 from helpers.cost.memory import GIB, seed_estimate_memory
 from helpers.cost.step_time import Hardware, Plan, plan_layout
-from helpers.parallel.layouts import Layout, divisors, factor_parallelism, violations
+from helpers.parallel.factors import divisors
+from helpers.parallel.layouts import Layout, factor_parallelism, violations
 
 LLAMA2_70B = ModelShape.llama(80, 8192, 64, 8, 32000, 28672, seq_len=4096, name="Llama-2-70B")
 SEED_7B5 = ModelShape.llama(36, 4096, 32, 32, 32000, 11008, seq_len=2048, name="7.5 B Llama-style")

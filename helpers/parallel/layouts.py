@@ -31,13 +31,11 @@ code it calls. Each rule of :func:`violations` cites where it comes from:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from helpers.config.shape import ModelShape
+from helpers.parallel.factors import divisors
+from helpers.parallel.mesh import RankMesh
 from helpers.parallel.vocab import AXIS_WORDS, OWN_AXIS_SP_MODES, SHARED_SP_MODES, SP_MODES
-
-if TYPE_CHECKING:  # the rank grid needs torch; counting layouts does not (Chapter 4's checks)
-    from helpers.parallel.mesh import RankMesh
 
 
 def factor_parallelism(
@@ -56,16 +54,6 @@ def factor_parallelism(
                 if dp >= 1:
                     combos.append((dp, tp, pp))
     return combos
-
-
-def divisors(n: int, cap: int | None = None) -> list[int]:
-    """The divisors of ``n`` up to ``cap`` (all of them without one), in increasing order.
-
-    >>> divisors(12), divisors(12, cap=4)
-    ([1, 2, 3, 4, 6, 12], [1, 2, 3, 4])
-    """
-    top = n if cap is None else min(n, cap)
-    return [d for d in range(1, top + 1) if n % d == 0]
 
 
 def _suggest(world: int, sizes: dict[str, int]) -> str:
@@ -178,8 +166,6 @@ class Layout:
             raise ValueError(
                 "ring_attn lays ranks out as (dp, pp, sp, tp), not RankMesh's (dp, pp, tp, sp)"
             )
-        from helpers.parallel.mesh import RankMesh
-
         return RankMesh(self.dp, self.pp, self.tp, self.sp)
 
     def plugin_kwargs(self) -> dict:
