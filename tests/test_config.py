@@ -31,7 +31,7 @@ from helpers.config.plugin import check_signature, plugin_class, plugin_spec
 from helpers.config.plugin_mapping import MAPPING, MAPPING_PLUGINS, mapping_rows
 from helpers.config.rules import check_world
 from helpers.config.schema import TrainConfig
-from helpers.config.tables import markdown_table
+from helpers.notebook.tables import markdown_table
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE = {  # valid: 2 × 2 × 2 = 8 processes

@@ -38,3 +38,28 @@ def test_chapter9_quotes_the_one_gpu_record():
         f"({round(one / 100 * 359)} of the 359 images)" in page
         and f"{two:.2f} %, {round(two / 100 * 359)})" in page
     )
+
+
+ONE_8 = find("flagship", gpus=1)
+
+
+@pytest.mark.skipif(ONE_8 is None, reason="no one-GPU flagship record")
+def test_chapter8_quotes_the_one_gpu_flagship_record():
+    from helpers.chapters.ch08_one_gpu import world_rows
+
+    page = " ".join((BOOK / "08_troubleshooting.md").read_text().split())
+    rows = world_rows()
+    ones, twos = rows[1::2], rows[0::2]
+    speeds = [int(r["tokens/s/GPU"].replace(",", "")) for r in ones]
+    assert ", ".join(f"{v:,}" for v in speeds[:2]) + f" and {speeds[2]:,} tokens/s" in page
+    mfus = [r["MFU %"] for r in ones]
+    assert f"({mfus[0]} %, {mfus[1]} % and {mfus[2]} % MFU)" in page
+    ratios = [r["1 GPU / 2 GPUs (tokens/s per GPU)"] for r in ones]
+    assert f"{ratios[0]}, {ratios[1]} and {ratios[2]} times" in page
+    kept = sorted(round(100 / float(x)) for x in ratios)
+    assert f"kept {kept[0]}–{kept[-1]} % of it" in page
+    assert (
+        f"from {twos[0]['peak GiB']} GiB on each of two GPUs to {ones[0]['peak GiB']} GiB" in page
+    )
+    gap = abs(speeds[2] - speeds[1]) / max(speeds[1:]) * 100
+    assert gap <= 0.15 and "within 0.15 % of each other" in page

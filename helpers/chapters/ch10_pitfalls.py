@@ -149,7 +149,7 @@ BY_KEY = {p.key: p for p in PITFALLS}
 def show(key: str) -> Shown:
     """Run pitfall ``key``'s demo, display belief / demonstrated / corrected, and glue it for the
     page."""
-    from helpers.config.tables import show_table
+    from helpers.notebook.tables import show_table
 
     pitfall = BY_KEY[key]
     shown = pitfall.demo()

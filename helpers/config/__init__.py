@@ -3,8 +3,8 @@
 Chapter 4: schema (the sections of a TrainConfig), loading (YAML or a dict -> TrainConfig), rules
 (the cross-field checks), hints (pydantic's errors as one message), errors (ConfigError), plugin
 (TrainConfig -> plugin, the one builder), plugin_mapping (field -> constructor argument), dry_run
-(validate small, then scale), legacy and legacy_reader (old config.py files), tables (Markdown,
-HTML and glued tables). Chapter 6: frameworks (the feature table, one config in three frameworks),
+(validate small, then scale), legacy and legacy_reader (old config.py files).
+Chapter 6: frameworks (the feature table, one config in three frameworks),
 deepspeed_json, megatron_args, framework_choice (when to choose which). Chapter 7: layout (one
 Llama under one plugin setting).
 """

@@ -69,5 +69,5 @@ MAPPING = [
 
 
 def mapping_rows() -> list[dict]:
-    """MAPPING as rows for :func:`helpers.config.tables.show_table`."""
+    """MAPPING as rows for :func:`helpers.notebook.tables.show_table`."""
     return [dict(zip(("config", *MAPPING_PLUGINS), row)) for row in MAPPING]

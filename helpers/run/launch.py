@@ -156,7 +156,7 @@ def launch(
     args = [str(a) for a in args]
     key = shared.key(demo, nproc, args, {**placement_env(nproc), **(env or {})}) if share else None
     if key and show != "all" and (stored := shared.load(key)) is not None:
-        shared.replay(stored, show)  # what the first run printed, "✓" line included
+        shared.replay(stored, show, args)  # what the first run printed, "✓" line included
         return LaunchResult(**stored)
     log_dir = tempfile.mkdtemp(prefix="book-torchrun-")
     cmd = torchrun_command(demo, nproc, args, log_dir=log_dir)
@@ -256,7 +256,7 @@ def launch(
     if show != "none":
         print(f"✓ {name} on {nproc} rank(s) in {seconds:.1f} s")
     launched = LaunchResult(name, nproc, seconds, results, lines)
-    shared.keep(key, asdict(launched))
+    shared.keep(key, asdict(launched), args)
     return launched
 
 

@@ -88,14 +88,15 @@ def store(k: str, launched: dict) -> None:
     tmp.replace(path)
 
 
-def keep(k: str | None, launched: dict) -> None:
+def keep(k: str | None, launched: dict, args: list[str] = ()) -> None:
     """After a successful launch: store it under ``k`` (None: a private run) and log it."""
     if k is not None:
         store(k, launched)
-    log(launched["demo"], launched["nproc"], launched["seconds"], "ran" if k else "private")
+    outcome = "ran" if k else "private"
+    log(launched["demo"], launched["nproc"], launched["seconds"], outcome, args)
 
 
-def replay(stored: dict, show: str) -> None:
+def replay(stored: dict, show: str, args: list[str] = ()) -> None:
     """Print what the stored launch printed live: rank 0's lines (``show="rank0"``), then "✓"."""
     from helpers.run.env import RESULT_PREFIX
 
@@ -105,15 +106,18 @@ def replay(stored: dict, show: str) -> None:
                 print(text, flush=True)
     if show != "none":
         print(f"✓ {stored['demo']} on {stored['nproc']} rank(s) in {stored['seconds']:.1f} s")
-    log(stored["demo"], stored["nproc"], stored["seconds"], "reused")
+    log(stored["demo"], stored["nproc"], stored["seconds"], "reused", args)
 
 
-def log(demo: str, nproc: int, seconds: float, outcome: str) -> None:
-    """One line per launch: ``outcome`` is "ran", "reused" or "private"."""
+def log(demo: str, nproc: int, seconds: float, outcome: str, args: list[str] = ()) -> None:
+    """One line per launch: ``outcome`` is "ran", "reused" or "private"; with its arguments and
+    the pytest item that asked (``caller``), so launches that differ only slightly can be found
+    and made one."""
     where = folder()
     if where is None:
         return
     entry = {"demo": demo, "nproc": nproc, "seconds": round(seconds, 2), "outcome": outcome}
+    entry |= {"args": list(args), "caller": os.environ.get("PYTEST_CURRENT_TEST", "")}
     with open(where / "log.jsonl", "a") as f:
         f.write(json.dumps(entry) + "\n")
 

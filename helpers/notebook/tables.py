@@ -32,15 +32,23 @@ def html_table(rows: list[dict], columns: list[str]) -> str:
     return f'<table class="table"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
 
 
-def show_table(rows: list[dict], columns: list[str], key: str) -> None:
+def columns_of(rows: list[dict]) -> list[str]:
+    """Every key of the rows, in the order it first appears (a key only a later row has is kept)."""
+    return list(dict.fromkeys(k for r in rows for k in r))
+
+
+def show_table(rows: list[dict], columns: list[str] | None = None, key: str | None = None) -> None:
     """Display a table in the notebook and glue it as ``key`` for the chapter page (like
-    plots.show)."""
+    plots.show). ``columns``: which and in what order (default :func:`columns_of` the rows)."""
     from IPython.display import HTML, display
 
-    table = HTML(html_table(rows, columns))
+    table = HTML(html_table(rows, columns or columns_of(rows)))
     try:
         from myst_nb import glue
     except ImportError:  # a GPU box with only the notebook tools
         display(table)
     else:
-        glue(key, table, display=True)
+        if key is None:
+            display(table)
+        else:
+            glue(key, table, display=True)
