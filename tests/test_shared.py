@@ -41,11 +41,39 @@ def test_other_arguments_other_rank_counts_and_share_false_run_again(run_folder)
     assert _outcomes(run_folder) == ["ran", "ran", "ran", "private"]
 
 
-def test_a_path_argument_or_another_environment_keeps_a_launch_private(run_folder, tmp_path):
-    assert shared.key("selftest", 2, ["--dir", str(tmp_path)], {}) is None
-    assert shared.key("selftest", 2, ["ckpt"], {}) is not None
-    a = shared.key("selftest", 2, [], {"BOOK_BACKEND": "gloo"})
-    assert a != shared.key("selftest", 2, [], {"BOOK_BACKEND": "nccl"})
+def test_a_folder_with_state_or_another_environment_keeps_a_launch_private(run_folder, tmp_path):
+    (tmp_path / "ckpt").mkdir()
+    (tmp_path / "ckpt" / "step_3").mkdir()  # something to resume from: state on disk
+    assert shared.plan("selftest", 2, ["--dir", str(tmp_path / "ckpt")], {}) is None
+    assert shared.plan("selftest", 2, ["ckpt"], {}) is not None  # a word, not a path here
+    assert shared.plan("selftest", 2, ["no/such/parent"], {}).outputs == []  # a value with a "/"
+    a = shared.plan("selftest", 2, [], {"BOOK_BACKEND": "gloo"})
+    assert a.key != shared.plan("selftest", 2, [], {"BOOK_BACKEND": "nccl"}).key
+
+
+def test_an_output_folder_is_stored_and_copied_into_the_next_callers(run_folder, tmp_path):
+    first_dir, second_dir = tmp_path / "first", tmp_path / "second"
+    first_dir.mkdir()  # empty, like a fresh tempfile.mkdtemp(); "second" does not exist yet
+    first = launch("selftest", 2, ["--out", str(first_dir)], show="none")
+    again = launch("selftest", 2, ["--out", str(second_dir)], show="none")
+    assert _outcomes(run_folder) == ["ran", "reused"]
+    assert (second_dir / "sum.txt").read_text() == (first_dir / "sum.txt").read_text() == "1.0\n"
+    assert first.first()["out"] == str(first_dir) and again.first()["out"] == str(second_dir)
+    assert f"wrote {second_dir / 'sum.txt'}" in again.lines[0]
+    assert not any(str(first_dir) in line for line in again.lines[0])
+    # the folder now holds the run's output: a launch naming it runs privately
+    assert shared.plan("selftest", 2, ["--out", str(second_dir)], {}) is None
+
+
+def test_an_input_file_is_keyed_by_its_content(run_folder, tmp_path):
+    for name, text in (("a.txt", "same"), ("b.txt", "same"), ("c.txt", "other")):
+        (tmp_path / name).write_text(text)
+    reads = [
+        launch("selftest", 2, ["--read", str(tmp_path / n)], show="none").first()["read"]
+        for n in ("a.txt", "b.txt", "c.txt")
+    ]
+    assert reads == ["same", "same", "other"]
+    assert _outcomes(run_folder) == ["ran", "reused", "ran"]
 
 
 def test_a_failed_launch_is_not_stored(run_folder):
@@ -57,5 +85,5 @@ def test_a_failed_launch_is_not_stored(run_folder):
 
 def test_without_the_variable_nothing_is_shared(monkeypatch):
     monkeypatch.delenv(shared.ENV, raising=False)
-    assert shared.folder() is None and shared.key("selftest", 2, [], {}) is None
+    assert shared.folder() is None and shared.plan("selftest", 2, [], {}) is None
     assert shared.summary() == "shared runs: none logged"

@@ -5,9 +5,12 @@
 --mode hang    rank 1 never joins the all-reduce, so rank 0 waits forever
 --mode silent  every rank finishes without a RESULT line
 --mode build   rank 0 prints Colossal-AI's "Compiling the JIT ..." line, then hangs like a build
+--out DIR      rank 0 also writes the sum to DIR/sum.txt; --read FILE: and reports FILE's text
+(the shared runs of a test run, :mod:`helpers.run.shared`, store an output folder and hash an input)
 """
 
 import time
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -19,7 +22,10 @@ from helpers.run.env import distributed, emit, say
 def main() -> None:
     parser = cli.parser()
     parser.add_argument("--mode", choices=["ok", "crash", "hang", "silent", "build"], default="ok")
-    mode = parser.parse_args().mode
+    parser.add_argument("--out", default=None, help="a folder rank 0 writes sum.txt into")
+    parser.add_argument("--read", default=None, help="a text file whose content is reported")
+    args = parser.parse_args()
+    mode = args.mode
     with distributed() as env:
         say(f"rank {env.rank} of {env.world_size} up on {env.backend}")
         if mode == "crash" and env.rank == 1:
@@ -31,12 +37,18 @@ def main() -> None:
             time.sleep(3600)
         x = torch.tensor([float(env.rank)], device=env.device)
         dist.all_reduce(x)
+        if args.out and env.rank == 0:
+            Path(args.out).mkdir(parents=True, exist_ok=True)
+            (Path(args.out) / "sum.txt").write_text(f"{x.item()}\n")
+            say(f"wrote {Path(args.out) / 'sum.txt'}")
         if mode != "silent":
             emit(
                 sum=float(x.item()),
                 backend=env.backend,
                 device=str(env.device),
                 cuda_visible=torch.cuda.is_available(),
+                out=args.out,
+                read=Path(args.read).read_text() if args.read else None,
             )
 
 

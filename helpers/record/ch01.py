@@ -7,7 +7,6 @@ Record on a box with two or more GPUs (results/<hardware>/ch01_hybrid.json):
 
 from __future__ import annotations
 
-import sys
 
 from helpers.record import cli
 from helpers.record.results import format_table, load, save
@@ -96,6 +95,3 @@ SPEC = cli.Recorder(
     "ch01_hybrid.json",
     _record,
 )
-
-if __name__ == "__main__":
-    cli.main(["ch01", *sys.argv[1:]])

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import sys
 import tempfile
 import time
 import traceback
@@ -198,6 +197,3 @@ SPEC = cli.Recorder(
     only=KEYS,
     budget_s=500,
 )
-
-if __name__ == "__main__":
-    cli.main(["ch02", *sys.argv[1:]])

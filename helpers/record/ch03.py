@@ -16,7 +16,6 @@ model), :func:`share_rows` (the communication share) and :mod:`helpers.record.ch
 from __future__ import annotations
 
 import subprocess
-import sys
 import time
 
 from helpers.record import cli
@@ -184,6 +183,3 @@ SPEC = cli.Recorder(
     quick="a 1-2 minute version of the same code paths",
     only=PARTS,
 )
-
-if __name__ == "__main__":
-    cli.main(["ch03", *sys.argv[1:]])

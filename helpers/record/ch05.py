@@ -21,7 +21,6 @@ On a CPU the chapters show that record with its provenance (:func:`recorded`).
 from __future__ import annotations
 
 import shutil
-import sys
 import tempfile
 from pathlib import Path
 
@@ -262,6 +261,3 @@ SPEC = cli.Recorder(
     _record,
     flags=("show",),
 )
-
-if __name__ == "__main__":
-    cli.main(["ch05", *sys.argv[1:]])

@@ -19,7 +19,6 @@ measured and predicted peaks is the same at 1 GPU as at 2 (:mod:`helpers.record.
 
 from __future__ import annotations
 
-import sys
 import time
 from pathlib import Path
 
@@ -153,6 +152,3 @@ SPEC = cli.Recorder(
     check=_check,
     one_gpu=ONE_GPU_COMMAND,
 )
-
-if __name__ == "__main__":
-    cli.main(["ch07", *sys.argv[1:]])

@@ -23,7 +23,6 @@ run is recorded with its error and the recording goes on):
 from __future__ import annotations
 
 import importlib.util
-import sys
 import time
 
 from helpers.record import cli
@@ -200,6 +199,3 @@ SPEC = cli.Recorder(
     only=PARTS,
     budget_s=570,
 )
-
-if __name__ == "__main__":
-    cli.main(["ch08", *sys.argv[1:]])

@@ -22,7 +22,6 @@ recording goes on. Nothing here needs a GPU to import: the tests check the run l
 
 from __future__ import annotations
 
-import sys
 import time
 
 from helpers.record import cli
@@ -212,6 +211,3 @@ SPEC = cli.Recorder(
     one_gpu=ONE_GPU_COMMAND,
     one_gpu_budget_s=ONE_GPU_BUDGET_S,
 )
-
-if __name__ == "__main__":
-    cli.main(["ch09", *sys.argv[1:]])

@@ -19,7 +19,6 @@ GPU (``--gpus 1``, a machine that shows exactly one) the list is
 from __future__ import annotations
 
 import json
-import sys
 import time
 
 from helpers.record import cli
@@ -122,6 +121,3 @@ SPEC = cli.Recorder(
     one_gpu=ONE_GPU_COMMAND,
     one_gpu_budget_s=ONE_GPU_BUDGET_S,
 )
-
-if __name__ == "__main__":
-    cli.main(["flagship", *sys.argv[1:]])

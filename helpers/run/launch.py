@@ -154,8 +154,10 @@ def launch(
     if show not in ("rank0", "all", "none"):
         raise ValueError(f"show must be 'rank0', 'all' or 'none', not {show!r}")
     args = [str(a) for a in args]
-    key = shared.key(demo, nproc, args, {**placement_env(nproc), **(env or {})}) if share else None
-    if key and show != "all" and (stored := shared.load(key)) is not None:
+    plan = (
+        shared.plan(demo, nproc, args, {**placement_env(nproc), **(env or {})}) if share else None
+    )
+    if plan and show != "all" and (stored := shared.load(plan)) is not None:
         shared.replay(stored, show, args)  # what the first run printed, "✓" line included
         return LaunchResult(**stored)
     log_dir = tempfile.mkdtemp(prefix="book-torchrun-")
@@ -256,7 +258,7 @@ def launch(
     if show != "none":
         print(f"✓ {name} on {nproc} rank(s) in {seconds:.1f} s")
     launched = LaunchResult(name, nproc, seconds, results, lines)
-    shared.keep(key, asdict(launched), args)
+    shared.keep(plan, asdict(launched), args)
     return launched
 
 

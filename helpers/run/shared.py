@@ -10,9 +10,14 @@ A launch is shared only when nothing but its command decides its result:
 
 - the key is the demo, the number of ranks, every argument, and the environment the ranks get
   from the launcher's placement rule (Chapter 1, "Where the ranks run") and from the caller;
-- an argument that names a file or a folder (a checkpoint folder is state on disk) makes the
-  launch private, and so does ``share=False`` (a test that runs a command twice to compare the
-  two runs must really run it twice);
+- an argument that names a file is an input: its content goes into the key, not its name;
+- an argument that names an empty or missing folder (in an existing parent) is an output: the
+  key holds only that it was empty, what the run left there is stored with it, and a replay
+  copies it into the new caller's folder and writes that folder's name wherever the first run's
+  lines and results named its own;
+- an argument that names a folder with something in it (a checkpoint to resume from is state on
+  disk) makes the launch private, and so does ``share=False`` (a test that runs a command twice to
+  compare the two runs must really run it twice);
 - failures and timeouts are never stored.
 
 Every launch appends one line to ``log.jsonl`` in the folder; :func:`summary` reads it back.
@@ -23,6 +28,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
+import shutil
+from dataclasses import dataclass, field
 from pathlib import Path
 
 ENV = "BOOK_SHARED_RUNS"
@@ -53,46 +61,93 @@ def _names_a_path(arg: str) -> bool:
     return os.sep in arg or Path(arg).exists()
 
 
-def key(demo: str, nproc: int, args: list[str], env: dict[str, str]) -> str | None:
-    """The launch's key, or None when it must run privately (sharing off, or a path argument).
+@dataclass
+class Plan:
+    """A shareable launch: its key and the output folders its arguments name, as given."""
+
+    key: str
+    outputs: list[str] = field(default_factory=list)
+
+
+def _view(arg: str, outputs: list[str]) -> str | None:
+    """What the key holds for one argument (None: the launch must run privately)."""
+    if not _names_a_path(arg):
+        return arg
+    path = Path(arg)
+    if path.is_file():
+        return "<file " + hashlib.sha256(path.read_bytes()).hexdigest()[:16] + ">"
+    if path.is_dir() and not any(path.iterdir()) or not path.exists() and path.parent.is_dir():
+        outputs.append(arg)
+        return "<empty folder>"
+    return None if path.exists() else arg  # a folder with state; or a value that holds a "/"
+
+
+def plan(demo: str, nproc: int, args: list[str], env: dict[str, str]) -> Plan | None:
+    """The launch's key and output folders, or None when it must run privately (sharing off, or
+    a folder with something in it).
 
     ``env`` is what the launcher adds to the ranks' environment (placement and the caller's
     ``env=``); the deciding variables of this process's environment are added here.
     """
-    if folder() is None or any(_names_a_path(a) for a in args):
+    if folder() is None:
+        return None
+    outputs: list[str] = []
+    views = [_view(a, outputs) for a in args]
+    if None in views:
         return None
     deciding = {
         name: value
         for name, value in os.environ.items()
         if name.startswith(_DECIDING) and name != ENV
     }
-    material = json.dumps([demo, nproc, list(args), env, deciding], sort_keys=True)
-    return hashlib.sha256(material.encode()).hexdigest()[:24]
+    material = json.dumps([demo, nproc, views, env, deciding], sort_keys=True)
+    return Plan(hashlib.sha256(material.encode()).hexdigest()[:24], outputs)
 
 
-def load(k: str) -> dict | None:
-    """The stored launch of key ``k`` (fields of :class:`helpers.run.launch.LaunchResult`)."""
-    path = folder() / f"{k}.json"
+def _saved(k: str, i: int) -> Path:
+    return folder() / f"{k}.out" / str(i)
+
+
+def _literal(path: str) -> str:
+    """``path`` as it stands inside a JSON string, escaped for :func:`re.sub`'s replacement."""
+    return json.dumps(path)[1:-1].replace("\\", "\\\\")
+
+
+def load(p: Plan) -> dict | None:
+    """The stored launch of ``p`` (fields of :class:`helpers.run.launch.LaunchResult`), its output
+    folders copied into ``p.outputs`` and their names written in its lines and results."""
+    path = folder() / f"{p.key}.json"
     if not path.is_file():
         return None
-    stored = json.loads(path.read_text())
+    text = path.read_text()
+    stored = json.loads(text)
+    for i, (was, now) in enumerate(zip(stored.pop("outputs"), p.outputs)):
+        if _saved(p.key, i).exists():
+            shutil.copytree(_saved(p.key, i), now, dirs_exist_ok=True)
+        text = re.sub(re.escape(json.dumps(was)[1:-1]) + r"(?![\w.-])", _literal(now), text)
+    stored = json.loads(text)
+    stored.pop("outputs")
     stored["lines"] = {int(rank): lines for rank, lines in stored["lines"].items()}
     return stored
 
 
-def store(k: str, launched: dict) -> None:
-    """Keep a successful launch under key ``k`` (written whole, then renamed into place)."""
-    path = folder() / f"{k}.json"
+def store(p: Plan, launched: dict) -> None:
+    """Keep a successful launch and what it left in its output folders (written whole, then
+    renamed into place)."""
+    for i, out in enumerate(p.outputs):
+        if Path(out).is_dir():
+            shutil.copytree(out, _saved(p.key, i), dirs_exist_ok=True)
+    path = folder() / f"{p.key}.json"
     tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(launched))
+    tmp.write_text(json.dumps({**launched, "outputs": p.outputs}))
     tmp.replace(path)
 
 
-def keep(k: str | None, launched: dict, args: list[str] = ()) -> None:
-    """After a successful launch: store it under ``k`` (None: a private run) and log it."""
-    if k is not None:
-        store(k, launched)
-    outcome = "ran" if k else "private"
+def keep(p: Plan | None, launched: dict, args: list[str] = ()) -> None:
+    """After a successful launch: store it under its plan (None: a private run) and log it."""
+    if p is not None:
+        store(p, launched)
+    outcome = "ran" if p else "private"
     log(launched["demo"], launched["nproc"], launched["seconds"], outcome, args)
 
 
