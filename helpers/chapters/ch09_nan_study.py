@@ -1,6 +1,8 @@
 """Chapter 9, "The tp=2 bf16 NaN": the loss of each variant per step, and the first non-finite step.
 
-Used by ``notebooks/09_quick_demos.ipynb`` for the parts ``nan`` (sequence 1,024) and ``nan2048``.
+Used by ``notebooks/09_quick_demos.ipynb`` for the parts ``nan`` (sequence 1,024) and ``nan2048``,
+and for the CPU run of Colossal-AI's vocabulary-parallel cross-entropy in bf16
+(``helpers.demos.ch09_dist_ce``: :func:`dist_ce_rows`, :func:`zero_gradient_line`).
 """
 
 from __future__ import annotations
@@ -47,6 +49,56 @@ def nan_rows(runs: list[dict]) -> list[dict]:
             }
         )
     return rows
+
+
+def nan_loss_lines(runs: list[dict]) -> list[str]:
+    """Per run of a NaN study: its first and last loss, the number of steps, the loss at step 11
+    (where the reported NaN came) and whether every loss is finite, when the run reported losses;
+    then its :func:`run_status`, indented."""
+    lines = []
+    for run in runs:
+        r = first_rank(run)
+        if "losses" in r:
+            losses = r["losses"]
+            lines.append(
+                f"{run['name']}: {losses[0]:.4f} -> {losses[-1]:.4f} in {len(losses)} steps, "
+                f"step 11: {losses[11]:.4f}, all finite: {all(x == x for x in losses)}"
+            )
+        lines.append(f"  status: {run_status(run)}")
+    return lines
+
+
+def dist_ce_rows(results: list[dict]) -> list[dict]:
+    """One row per margin of ``helpers.demos.ch09_dist_ce`` (rank 0's RESULT lines): the loss and
+    the target logit's gradient, exact (float64) and from Colossal-AI's ``cross_entropy_1d`` in
+    bf16, PyTorch's bf16 gradient, and the sum of Colossal-AI's gradient over the vocabulary (0
+    when exact)."""
+    return [
+        {
+            "margin": int(r["margin"]),
+            "loss exact": f"{r['loss_exact']:.2e}",
+            "loss Colossal-AI": f"{r['loss_colossal']:.2e}",
+            "target grad exact": f"{r['target_grad_exact'][0]:.2e}",
+            "target grad Colossal-AI": f"{r['target_grad_colossal'][0]:.2e}",
+            "target grad PyTorch bf16 (CPU)": f"{r['target_grad_torch_bf16'][0]:.2e}",
+            "Σ grad Colossal-AI": (
+                f"{r['target_grad_colossal'][0] + r['other_grad_sum_colossal'][0]:.1e}"
+            ),
+        }
+        for r in results
+    ]
+
+
+def zero_gradient_line(results: list[dict]) -> str:
+    """The first margin at which Colossal-AI's bf16 gradient of the target logit is exactly 0, and
+    the exact gradient there; raises when it never is (the demo is there to show that it is)."""
+    lost = next((r for r in results if r["target_grad_colossal"][0] == 0.0), None)
+    if lost is None:
+        raise ValueError("Colossal-AI's target gradient is never exactly 0 at these margins")
+    return (
+        f"target gradient exactly 0 from margin {lost['margin']:.0f} on; exact value there: "
+        f"{lost['target_grad_exact'][0]:.1e}"
+    )
 
 
 def _variant(run: dict):

@@ -1,12 +1,16 @@
-"""Chapter 9, "Single GPU: the ResNet baseline": the GPU records' tables beside Colossal-AI's.
+"""Chapter 9, "Single GPU: the ResNet baseline": the CPU runs, and the GPU records' tables beside
+Colossal-AI's.
 
-Used by ``notebooks/09_quick_demos.ipynb``: the 2-GPU runs, the one-GPU record beside them, and
-the accuracies of Colossal-AI's ``examples/images/resnet/README.md`` as a reference.
+Used by ``notebooks/09_quick_demos.ipynb``: the digits runs on one and two CPU processes, their
+resumed run and evaluation (:func:`cpu_rows`, :func:`resume_lines`); the 2-GPU runs, the one-GPU
+record beside them, and the accuracies of Colossal-AI's ``examples/images/resnet/README.md`` as a
+reference.
 """
 
 from __future__ import annotations
 
 from helpers.chapters.ch09_records import failure_line, first_rank, recorded, run_status
+from helpers.notebook.measured import approx, approx_list, check
 from helpers.record.ch09 import ONE_GPU_COMMAND as RESNET_ONE_GPU_COMMAND
 from helpers.record.results import box_label, describe
 
@@ -104,3 +108,58 @@ def resnet_one_gpu_status(one: dict | None = None) -> str:
     return (
         "Only the quick smoke recording exists on one GPU.\n" if one.get("quick") else ""
     ) + describe(one)
+
+
+# -- the CPU runs: one process, then two; resume and evaluate ------------------------------------
+def cpu_rows(runs: list[dict], train_size: int, batch: int = 100) -> list[dict]:
+    """Chapter 9, "One process, then two: no code changes": one row per run of
+    ``helpers.demos.ch09_resnet_train`` (its RESULT line): world size, learning rate, global batch
+    (``batch`` images per process), steps per epoch over ``train_size`` images, the LR milestones,
+    the first and last epoch's loss and the test accuracy (both machine-dependent, so
+    :func:`helpers.notebook.measured.approx`)."""
+    return [
+        {
+            "processes": r["world_size"],
+            "learning rate": r["lr"],
+            "global batch": batch * r["world_size"],
+            "steps per epoch": train_size // (batch * r["world_size"]),
+            "milestones": r["milestones"],
+            f"loss epoch 1 → {len(r['losses'])}": f"{approx(r['losses'][0])} → "
+            f"{approx(r['losses'][-1])}",
+            "test accuracy": approx(100 * r["accuracy"], ".2f", " %"),
+        }
+        for r in runs
+    ]
+
+
+def accuracy_check(result: dict, at_least: float = 0.9) -> str:
+    """Assert that a run's test accuracy is at least ``at_least`` and return the line saying so
+    (:func:`helpers.notebook.measured.check`, in %)."""
+    return check(
+        "test accuracy", result["accuracy"], at_least=at_least, fmt=".2f", unit=" %", scale=100
+    )
+
+
+def resume_lines(uninterrupted: dict, resumed: dict, start: int = 6) -> list[str]:
+    """The notebook's "Resume and evaluate": the losses of epochs ``start`` + 1 to the end, of the
+    uninterrupted run and of the run resumed from its checkpoint at epoch ``start``, and whether the
+    two agree loss for loss and in accuracy."""
+    span = f"epochs {start + 1}-{len(uninterrupted['losses'])}"
+    same = (
+        resumed["losses"] == uninterrupted["losses"][start:]
+        and resumed["accuracy"] == uninterrupted["accuracy"]
+    )
+    return [
+        f"{span}, uninterrupted: {approx_list(uninterrupted['losses'][start:])}",
+        f"{span}, resumed:       {approx_list(resumed['losses'])}",
+        f"resumed == uninterrupted, loss for loss and in accuracy: {same}",
+    ]
+
+
+def eval_line(evaluated: dict, trained: dict, checkpoint: str = "model_12.pth") -> str:
+    """The accuracy ``helpers.demos.ch09_resnet_eval`` measured on ``checkpoint`` and whether it
+    equals the one the training script reported."""
+    return (
+        f"eval script, {checkpoint}: {approx(100 * evaluated['accuracy'], '.2f', ' %')}; "
+        f"equal to the training script's: {evaluated['accuracy'] == trained['accuracy']}"
+    )

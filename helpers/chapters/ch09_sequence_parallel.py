@@ -2,7 +2,7 @@
 
 Used by ``notebooks/09_quick_demos.ipynb``: each layout's points (one per sequence length) with
 their memory and speed, the allocation a run failed on as the CUDA error states it, and the size
-of the attention scores.
+of the attention scores (:func:`sp_oom_rows`, :func:`kept_scores_line`).
 """
 
 from __future__ import annotations
@@ -129,3 +129,41 @@ def attention_scores_gib(
     """Size of one layer's attention scores on one GPU, batch × heads × seq × seq elements, in GiB
     (eager attention; the softmax is taken in fp32, 4 bytes, then cast to bf16, 2 bytes)."""
     return batch * heads_per_gpu * seq * seq * bytes_per_element / 2**30
+
+
+def sp_oom_rows(runs: list[dict]) -> list[dict]:
+    """One row per point of the sweep that ran out of memory: its layout and sequence length, the
+    heads each GPU holds (the preset's heads over tp × sp), one layer's fp32 attention scores of
+    those heads (:func:`attention_scores_gib`) and the allocation that failed
+    (:func:`oom_request_gib`)."""
+    from helpers.train.presets import PRESETS
+
+    rows = []
+    for run in runs:
+        for p in (p for p in sweep_points(run) if p["oom"]):
+            heads = PRESETS[p["preset"]]["heads"] // (p["tp"] * p["sp"])
+            scores = attention_scores_gib(p["seq"], heads)
+            rows.append(
+                {
+                    "layout": run["name"],
+                    "sequence": f"{p['seq']:,}",
+                    "heads per GPU": heads,
+                    "fp32 scores, 1 layer (GiB)": f"{scores:.2f}",
+                    "allocation that failed (GiB)": f"{oom_request_gib(p):.2f}",
+                }
+            )
+    return rows
+
+
+def kept_scores_line(seq: int, heads_per_gpu: int = 8, preset: str = "half") -> str:
+    """What eager attention keeps for the backward pass on one GPU at sequence ``seq``: the fp32
+    softmax and its bf16 copy (4 + 2 bytes per score) of ``heads_per_gpu`` heads in every layer of
+    the preset."""
+    from helpers.train.presets import PRESETS
+
+    layers = PRESETS[preset]["layers"]
+    return (
+        f"s = {seq:,}: scores kept for the backward, fp32 softmax + bf16 copy, "
+        f"{layers} layers x {heads_per_gpu} heads: "
+        f"{layers * attention_scores_gib(seq, heads_per_gpu, 4 + 2):.0f} GiB per GPU"
+    )
