@@ -5,6 +5,7 @@ Inside a rank (``helpers.demos.ch05_train``, whose plugin comes from
 :func:`helpers.config.plugin.build_plugin`): :class:`ProgressionDataset` is the data set whose
 position a checkpoint records, and :func:`layout_of` what the checkpoint says about the layout. In
 the notebook: :func:`losses_from_lines` reads the per-step losses a (possibly killed) run reported,
+:func:`torchrun_failure` keeps the lines of torchrun's failure report that name the ranks,
 :func:`compare_final_weights` compares two runs' last checkpoints tensor by tensor, and
 :func:`hostfile_commands` spells out what ``colossalai run --hostfile`` starts on each node.
 """
@@ -12,12 +13,14 @@ the notebook: :func:`losses_from_lines` reads the per-step losses a (possibly ki
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import torch
 from torch.utils.data import Dataset
 
 from helpers.run.env import RESULT_PREFIX
+from helpers.run.failure import LAUNCHER
 
 
 class ProgressionDataset(Dataset):
@@ -68,6 +71,18 @@ def losses_from_lines(lines: list[str]) -> dict[int, float]:
             if "step" in r and "loss" in r:
                 out[r["step"]] = r["loss"]
     return out
+
+
+def torchrun_failure(err) -> str:
+    """Section 5 (kill a rank): the lines of torchrun's failure report in a
+    :class:`helpers.run.launch.LaunchError` (its ``lines`` of the launcher) that say which rank
+    failed first and how each one ended: the ``Failures`` and ``Root Cause`` headings and their
+    ``rank`` and ``exitcode`` fields."""
+    return "\n".join(
+        line
+        for line in err.lines[LAUNCHER]
+        if re.match(r"\s*(Failures|Root Cause|rank|exitcode)\b", line)
+    )
 
 
 def compare_final_weights(a: str | Path, b: str | Path) -> dict:
