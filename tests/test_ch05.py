@@ -202,7 +202,8 @@ def test_layout_mismatch_message_says_what_and_why(tmp_path):
 def test_model_parallel_configs_are_refused_on_the_cpu_with_a_reason():
     cfg = load_config(CONFIG, world_size=4).with_changes({"parallelism": {"data": 2, "tensor": 2}})
     with pytest.raises(
-        RuntimeError, match=r"HybridParallelPlugin\) needs GPUs.*#5211.*4 CUDA GPUs"
+        RuntimeError,
+        match=r"HybridParallelPlugin\) needs GPUs.*cpu_accelerator.py:106.*4 CUDA GPUs",
     ):
         build_plugin(cfg, torch.device("cpu"))
 

@@ -51,7 +51,7 @@ def test_nothing_imports_a_demo():
 
 def test_pointers_name_what_the_reader_has():
     """Chapters, sections, papers and upstream files; not the tracker of this project."""
-    pattern = re.compile(r"issue [0-9]|formulas\.md|the brief")
+    pattern = re.compile(r"issues? #?[0-9]|formulas\.md|the brief")
     found = []
     for folder, glob in (("helpers", "*.py"), ("book", "*.md"), ("notebooks", "*.ipynb")):
         for path in sorted((ROOT / folder).rglob(glob)):

@@ -41,7 +41,8 @@ assert tuple(CLASS_NAMES) == PLUGINS, "one class name per plugin word of helpers
 CPU_ONLY_DP = (
     "Colossal-AI 0.5.0 runs only data parallelism (TorchDDPPlugin, fp32) on the CPU: "
     "HybridParallelPlugin's tensor/pipeline/sequence axes fail there "
-    "(CpuAccelerator.get_rng_state, upstream issue #5211, then torch.cuda calls), ZeRO needs a "
+    "(colossalai/accelerator/cpu_accelerator.py:106 passes a device to torch.get_rng_state, "
+    "then torch.cuda calls), ZeRO needs a "
     "device and fp16/bf16 mixed precision needs CUDA. Run this config on a machine with {need} "
     "CUDA GPUs, or on the CPU set tensor, pipeline and sequence to 1, zero_stage to 0 and "
     "precision to fp32."
