@@ -9,29 +9,13 @@ import time
 import pytest
 
 from helpers.run import hosts as hosts_mod
-from helpers.run.hosts import Hosts, node_command, remove_stale
-from helpers.run.launch import REPO_ROOT, rank_env
+from helpers.parallel.mesh import RankMesh
+from helpers.run.hosts import Hosts, remove_stale
+from helpers.run.launch import LaunchError
+from helpers.run.multinode import launch_nodes
 
 WHY_NOT = hosts_mod.namespaces_possible()
 needs_namespaces = pytest.mark.skipif(WHY_NOT is not None, reason=f"no namespaces: {WHY_NOT}")
-
-
-def _across(h: Hosts, nproc_per_node: int = 2) -> list[str]:
-    """torchrun on every host, the selftest demo (an all-reduce of the ranks); each host's
-    output."""
-    extra = {"PYTHONPATH": str(REPO_ROOT)}
-    if h.mode == "namespaces":
-        extra["GLOO_SOCKET_IFNAME"] = "eth0"  # each host's one interface
-    env = rank_env(h.n * nproc_per_node, extra)
-    port = 29400 + os.getpid() % 500  # loopback agents of two pytest processes must not collide
-    procs = [
-        h.popen(k, node_command(h, k, "selftest", nproc_per_node, port=port), env=env,
-                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        for k in range(h.n)
-    ]  # fmt: skip
-    outs = [p.communicate(timeout=180)[0] for p in procs]
-    assert [p.returncode for p in procs] == [0] * h.n, outs
-    return outs
 
 
 @needs_namespaces
@@ -60,19 +44,32 @@ def test_two_hosts_have_their_own_names_and_addresses_and_reach_only_each_other(
 @needs_namespaces
 def test_torchrun_across_two_hosts_puts_two_ranks_on_each():
     with Hosts(2) as h:
-        outs = _across(h)
-    for k, out in enumerate(outs):
+        job = launch_nodes("selftest", h, 2)
+    for k, out in enumerate(job.outputs):
         ranks = sorted(int(r) for r in re.findall(r"rank (\d) of 4 up on gloo", out))
         assert ranks == [2 * k, 2 * k + 1], out
-        assert out.count('"sum": 6.0') == 2  # 0 + 1 + 2 + 3, all-reduced over both hosts
+    assert [r["sum"] for r in job.results] == [6.0] * 4  # 0 + 1 + 2 + 3 over both hosts
 
 
-def test_without_namespaces_the_agents_run_on_loopback_and_say_so():
-    with Hosts(2, namespaces=False) as h:
-        assert h.mode == "loopback" and {x.address for x in h.hosts} == {"127.0.0.1"}
-        assert h.banner().startswith("network namespaces unavailable (asked for loopback)")
-        outs = _across(h, nproc_per_node=1)
-    assert [out.count('"sum": 1.0') for out in outs] == [1, 1]  # rank 0 + rank 1
+@needs_namespaces
+def test_the_3d_layout_trains_across_two_hosts_like_the_unsplit_model():
+    """Chapter 2's dp × pp × tp = 2 × 2 × 2 from scratch, 4 ranks on each of two hosts: the tensor
+    and pipeline groups inside a host, the data groups across them."""
+    with Hosts(2) as h:
+        job = launch_nodes("ch02_3d", h, 4, ["--pp", "2", "--tp", "2"], timeout_s=300)
+    mesh = RankMesh(dp=2, pp=2, tp=2)
+    assert sorted(r["rank"] for r in job.results) == list(range(8))
+    for r in job.results:
+        assert r["groups"] == {axis: mesh.group_of(r["rank"], axis) for axis in ("dp", "pp", "tp")}
+        assert r["losses"] == r["ref_losses"] and r["max_grad_diff"] < 1e-5
+        host = r["rank"] // 4
+        assert all(q // 4 == host for q in r["groups"]["tp"] + r["groups"]["pp"])
+        assert {q // 4 for q in r["groups"]["dp"]} == {0, 1}
+
+
+def test_a_failing_agent_names_its_host():
+    with Hosts(2, namespaces=False) as h, pytest.raises(LaunchError, match="the agent on "):
+        launch_nodes("selftest", h, 1, ["--mode", "crash"], timeout_s=120)
 
 
 @needs_namespaces
