@@ -1,5 +1,5 @@
 """Several hosts on one machine: network namespaces joined by a switch, for Chapter 5's multi-node
-launches ("Several nodes") and Chapter 8's node faults.
+launches ("Launching with torchrun") and Chapter 8's node faults.
 
     with Hosts(2) as hosts:                     # host0 10.213.0.1, host1 10.213.0.2
         hosts.run(1, ["hostname"])              # -> "host1"
@@ -209,7 +209,8 @@ def node_command(
     hosts: Hosts, k: int, demo: str, nproc_per_node: int, args: list[str] = (), port: int = 29400
 ) -> list[str]:
     """The torchrun agent of host ``k`` for a job over every host: ``--nnodes N --node_rank k``,
-    c10d rendezvous on host 0 (Chapter 5, "Several nodes": the same line on a real cluster)."""
+    c10d rendezvous on host 0 (Chapter 5, "Launching with torchrun": the same line on a real
+    cluster)."""
     import sys
 
     module = demo if demo.startswith("helpers.") else f"helpers.demos.{demo}"

@@ -1,11 +1,12 @@
 """One job over several hosts: a torchrun agent per host, c10d rendezvous on host 0.
 
-Chapter 5, "Several nodes". The hosts are :class:`helpers.run.hosts.Hosts` (network namespaces, or
-agents on loopback where those cannot be made); each runs :func:`helpers.run.hosts.node_command`,
-the line a reader types on each node of a real cluster. The ranks' environment is the launcher's
-placement rule for the whole world (Chapter 1, "Where the ranks run"), and inside namespaces gloo
-is pointed at each host's one interface. :func:`launch_nodes` returns the RESULT lines of every
-rank, like :func:`helpers.run.launch.launch`, and each host's own output.
+Chapter 5, "Launching with torchrun". The hosts are :class:`helpers.run.hosts.Hosts` (network
+namespaces, or agents on loopback where those cannot be made); each runs
+:func:`helpers.run.hosts.node_command`, the line a reader types on each node of a real cluster.
+The ranks' environment is the launcher's placement rule for the whole world (Chapter 1, "Where the
+ranks run"), and inside namespaces gloo is pointed at each host's one interface.
+:func:`launch_nodes` returns the RESULT lines of every rank, like
+:func:`helpers.run.launch.launch`, and each host's own output.
 """
 
 from __future__ import annotations
