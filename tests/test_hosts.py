@@ -1,6 +1,5 @@
 """helpers.run.hosts: several hosts on one machine (network namespaces), torchrun across them."""
 
-import os
 import re
 import subprocess
 import sys
@@ -79,8 +78,9 @@ def test_hosts_and_their_processes_are_removed_even_when_the_block_fails():
             sleeper = h.popen(1, ["sleep", "600"])
             raise RuntimeError("failed on purpose")
     assert sleeper.wait(timeout=10) != 0  # killed, not finished
-    assert not [n for n in hosts_mod._owned() if n.startswith(f"{hosts_mod.PREFIX}{os.getpid()}")]
-    assert not list(hosts_mod.NETNS_ETC.glob(f"{hosts_mod.PREFIX}{os.getpid()}*"))
+    mine = {x.netns for x in h.hosts} | {h.switch}  # book<pid>h0 is not book<pid>1h0's
+    assert not mine & set(hosts_mod._owned())
+    assert not [n for n in mine if (hosts_mod.NETNS_ETC / n).exists()]
 
 
 @needs_namespaces

@@ -12,14 +12,13 @@ the notebook: :func:`losses_from_lines` reads the per-step losses a (possibly ki
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
 import torch
 from torch.utils.data import Dataset
 
-from helpers.run.env import RESULT_PREFIX
+from helpers.run.env import results_of
 from helpers.run.failure import LAUNCHER
 
 
@@ -64,13 +63,7 @@ def layout_of(cfg, world_size: int) -> dict:
 def losses_from_lines(lines: list[str]) -> dict[int, float]:
     """{step: loss} from a rank's output lines (``RESULT {"step": k, "loss": x}``), also of a
     killed run."""
-    out = {}
-    for line in lines:
-        if line.startswith(RESULT_PREFIX):
-            r = json.loads(line[len(RESULT_PREFIX) :])
-            if "step" in r and "loss" in r:
-                out[r["step"]] = r["loss"]
-    return out
+    return {r["step"]: r["loss"] for r in results_of(lines) if "step" in r and "loss" in r}
 
 
 def torchrun_failure(err) -> str:

@@ -7,8 +7,7 @@ with one ``RESULT {json}`` line, which :func:`lab_result` reads back.
 
 from __future__ import annotations
 
-import json
-
+from helpers.run.env import results_of
 from helpers.train.labs import EXPECTED, LabRun
 
 EXPECTED_KINDS = {  # every lab of the chapter -> the diagnosis it must get; a fix gets none
@@ -20,10 +19,10 @@ EXPECTED_KINDS = {  # every lab of the chapter -> the diagnosis it must get; a f
 
 def lab_result(run: LabRun) -> dict:
     """The JSON object of the first ``RESULT `` line of a lab's log."""
-    line = next((ln for ln in run.log.splitlines() if ln.startswith("RESULT ")), None)
-    if line is None:
+    found = results_of(run.log.splitlines())
+    if not found:
         raise ValueError(f"lab {run.name!r} printed no RESULT line:\n{run.tail(10)}")
-    return json.loads(line[len("RESULT ") :])
+    return found[0]
 
 
 def _say(*parts) -> str:

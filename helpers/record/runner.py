@@ -13,14 +13,13 @@ ResNet, the flagship, Chapter 7's layouts, each ``--gpus 1`` within one time bud
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import shlex
 import threading
 import time
 from typing import Callable
 
-from helpers.run.env import RESULT_PREFIX
+from helpers.run.env import results_of
 from helpers.run.launch import LaunchError, LaunchTimeout, launch, torchrun_command
 
 MIN_LEFT_S = 30  # a run is not started with less than this left of the budget
@@ -29,12 +28,7 @@ HEARTBEAT_S = 30  # a run still going prints a line this often
 
 def results_in(lines: dict[int, list[str]]) -> list[dict]:
     """RESULT lines a failed launch had printed before it failed (rank order)."""
-    found = []
-    for rank in sorted(r for r in lines if r >= 0):
-        found += [
-            json.loads(t[len(RESULT_PREFIX) :]) for t in lines[rank] if t.startswith(RESULT_PREFIX)
-        ]
-    return found
+    return [r for rank in sorted(k for k in lines if k >= 0) for r in results_of(lines[rank])]
 
 
 @contextlib.contextmanager

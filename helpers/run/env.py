@@ -182,6 +182,11 @@ def emit(**result: object) -> None:
     say(RESULT_PREFIX + json.dumps({"rank": rank, **result}, sort_keys=True))
 
 
+def results_of(lines: list[str]) -> list[dict]:
+    """The results in output ``lines``, in order: what :func:`emit` wrote, read back."""
+    return [json.loads(t[len(RESULT_PREFIX) :]) for t in lines if t.startswith(RESULT_PREFIX)]
+
+
 def max_abs_diff(a: torch.Tensor, b: torch.Tensor) -> float:
     """Largest elementwise difference, as a float JSON can carry."""
     return float((a.detach().float().cpu() - b.detach().float().cpu()).abs().max())

@@ -11,13 +11,12 @@ ranks run"), and inside namespaces gloo is pointed at each host's one interface.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import time
 from dataclasses import dataclass
 
-from helpers.run.env import RESULT_PREFIX
+from helpers.run.env import results_of
 from helpers.run.hosts import Hosts, node_command
 from helpers.run.launch import REPO_ROOT, LaunchError, LaunchTimeout, rank_env
 
@@ -40,14 +39,6 @@ class NodesResult:
         if not found:
             raise KeyError(f"rank {rank} emitted no RESULT")
         return found[0]
-
-
-def _results(output: str) -> list[dict]:
-    return [
-        json.loads(line[len(RESULT_PREFIX) :])
-        for line in output.splitlines()
-        if line.startswith(RESULT_PREFIX)
-    ]
 
 
 def launch_nodes(
@@ -109,7 +100,9 @@ def launch_nodes(
             lines,
             procs[bad[0]].returncode,
         )
-    results = sorted((r for out in outputs for r in _results(out)), key=lambda r: r["rank"])
+    results = sorted(
+        (r for out in outputs for r in results_of(out.splitlines())), key=lambda r: r["rank"]
+    )
     names = [h.name for h in hosts.hosts]
     return NodesResult(demo, names, nproc_per_node, seconds, results, outputs)
 
