@@ -203,20 +203,3 @@ class Hosts:
         output."""
         kwargs.setdefault("capture_output", True)
         return subprocess.run(self.command(k, cmd), text=True, timeout=timeout_s, **kwargs)
-
-
-def node_command(
-    hosts: Hosts, k: int, demo: str, nproc_per_node: int, args: list[str] = (), port: int = 29400
-) -> list[str]:
-    """The torchrun agent of host ``k`` for a job over every host: ``--nnodes N --node_rank k``,
-    c10d rendezvous on host 0 (Chapter 5, "Launching with torchrun": the same line on a real
-    cluster)."""
-    import sys
-
-    module = demo if demo.startswith("helpers.") else f"helpers.demos.{demo}"
-    return [
-        sys.executable, "-m", "torch.distributed.run",
-        "--nnodes", str(hosts.n), "--node_rank", str(k), "--nproc_per_node", str(nproc_per_node),
-        "--rdzv_backend", "c10d", "--rdzv_endpoint", f"{hosts.hosts[0].address}:{port}",
-        "--rdzv_id", f"book-{os.getpid()}", "-m", module, *map(str, args),
-    ]  # fmt: skip

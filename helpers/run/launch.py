@@ -79,13 +79,17 @@ class LaunchResult:
         return found[0]
 
 
+def demo_module(demo: str) -> str:
+    """The module a demo name launches: ``ch05_train`` -> ``helpers.demos.ch05_train``."""
+    return demo if demo.startswith("helpers.") else f"helpers.demos.{demo}"
+
+
 def torchrun_command(
     demo: str, nproc: int, args: list[str] | tuple[str, ...] = (), log_dir: str | None = None
 ) -> list[str]:
     """The exact command line the launcher runs (shown in the book, recorded with GPU results)."""
     if nproc < 1:
         raise ValueError(f"nproc must be at least 1, got {nproc}")
-    module = demo if demo.startswith("helpers.") else f"helpers.demos.{demo}"
     cmd = [
         sys.executable,
         "-m",
@@ -96,7 +100,7 @@ def torchrun_command(
     ]
     if log_dir:
         cmd.append(f"--log-dir={log_dir}")
-    return cmd + ["-m", module, *map(str, args)]
+    return cmd + ["-m", demo_module(demo), *map(str, args)]
 
 
 def rank_env(

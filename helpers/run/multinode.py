@@ -2,7 +2,7 @@
 
 Chapter 5, "Launching with torchrun". The hosts are :class:`helpers.run.hosts.Hosts` (network
 namespaces, or agents on loopback where those cannot be made); each runs
-:func:`helpers.run.hosts.node_command`, the line a reader types on each node of a real cluster.
+:func:`node_command`, the line a reader types on each node of a real cluster.
 The ranks' environment is the launcher's placement rule for the whole world (Chapter 1, "Where the
 ranks run"), and inside namespaces gloo is pointed at each host's one interface.
 :func:`launch_nodes` returns the RESULT lines of every rank, like
@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 import time
 from dataclasses import dataclass
 
 from helpers.run.env import results_of
-from helpers.run.hosts import Hosts, node_command
-from helpers.run.launch import REPO_ROOT, LaunchError, LaunchTimeout, rank_env
+from helpers.run.hosts import Hosts
+from helpers.run.launch import REPO_ROOT, LaunchError, LaunchTimeout, demo_module, rank_env
 
 
 @dataclass
@@ -39,6 +40,20 @@ class NodesResult:
         if not found:
             raise KeyError(f"rank {rank} emitted no RESULT")
         return found[0]
+
+
+def node_command(
+    hosts: Hosts, k: int, demo: str, nproc_per_node: int, args: list[str] = (), port: int = 29400
+) -> list[str]:
+    """The torchrun agent of host ``k`` for a job over every host: ``--nnodes N --node_rank k``,
+    c10d rendezvous on host 0 (Chapter 5, "Launching with torchrun": the same line on a real
+    cluster)."""
+    return [
+        sys.executable, "-m", "torch.distributed.run",
+        "--nnodes", str(hosts.n), "--node_rank", str(k), "--nproc_per_node", str(nproc_per_node),
+        "--rdzv_backend", "c10d", "--rdzv_endpoint", f"{hosts.hosts[0].address}:{port}",
+        "--rdzv_id", f"book-{os.getpid()}", "-m", demo_module(demo), *map(str, args),
+    ]  # fmt: skip
 
 
 def launch_nodes(
