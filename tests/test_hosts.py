@@ -98,3 +98,28 @@ def test_bad_host_counts_and_indices_are_refused():
             Hosts(n)
     with pytest.raises(IndexError, match="host 2 does not exist: there are 2"):
         Hosts(2, namespaces=False).command(2, ["true"])
+
+
+@needs_namespaces
+def test_a_shaped_link_is_slower_an_unplugged_one_silent_and_a_killed_host_empty():
+    sink = "import socket; c, _ = socket.create_server(('0.0.0.0', 6001)).accept()\n"
+    sink += "while c.recv(1 << 20): pass"
+    send = "import socket, time; c = socket.create_connection(('host0', 6001), 5); t = time.time()"
+    send += "\nfor _ in range(8): c.sendall(b'x' * (1 << 20))\nc.close(); print(time.time() - t)"
+    with Hosts(2) as h:
+        h.shape(1, "100mbit")
+        listening = h.popen(0, [sys.executable, "-c", sink])
+        time.sleep(0.5)
+        seconds = float(h.run(1, [sys.executable, "-c", send], timeout_s=30).stdout)
+        listening.wait(timeout=10)
+        assert 8 * 8 / seconds < 130, f"{8 * 8 / seconds:.0f} Mbit/s through a 100 Mbit/s link"
+        h.set_link(1, False)
+        cut = h.run(1, [sys.executable, "-c", send], timeout_s=30)
+        assert cut.returncode != 0  # no ARP answer: "No route to host", or a timeout
+        assert "No route to host" in cut.stderr or "timed out" in cut.stderr, cut.stderr
+        h.set_link(1, True)
+        sleeper = h.popen(1, ["sleep", "600"])
+        assert sleeper.pid in h.processes(1) and h.kill(1) >= 1
+        assert sleeper.wait(timeout=10) == -9 and h.processes(1) == []
+    with pytest.raises(RuntimeError, match="needs the hosts in namespaces"):
+        Hosts(1, namespaces=False).kill(0)

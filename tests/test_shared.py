@@ -87,3 +87,20 @@ def test_without_the_variable_nothing_is_shared(monkeypatch):
     monkeypatch.delenv(shared.ENV, raising=False)
     assert shared.folder() is None and shared.plan("selftest", 2, [], {}) is None
     assert shared.summary() == "shared runs: none logged"
+
+
+def test_a_scenario_is_computed_once_per_name_and_material(run_folder, monkeypatch):
+    calls = []
+
+    def compute():
+        calls.append(1)
+        return {"n": len(calls)}
+
+    assert shared.once("scenario", compute, 2) == {"n": 1}
+    assert shared.once("scenario", compute, 2) == {"n": 1}  # stored: not run again
+    assert shared.once("scenario", compute, 3) == {"n": 2}  # other material: runs
+    monkeypatch.setenv("BOOK_EXTRA", "1")
+    assert shared.once("scenario", compute, 2) == {"n": 3}  # a deciding variable differs
+    assert _outcomes(run_folder) == ["ran", "reused", "ran", "ran"]
+    monkeypatch.delenv(shared.ENV)
+    assert shared.once("scenario", compute, 2) == {"n": 4}  # sharing off: always runs

@@ -184,15 +184,77 @@ class Hosts:
         self._old_handlers.clear()
 
     # -- running ----------------------------------------------------------------------------
-    def command(self, k: int, cmd: list[str]) -> list[str]:
-        """``cmd`` as run on host ``k``: inside its namespace, under its hostname."""
+    def _host(self, k: int) -> Host:
         if not 0 <= k < self.n:
             raise IndexError(f"host {k} does not exist: there are {self.n} (0..{self.n - 1})")
-        h = self.hosts[k]
+        return self.hosts[k]
+
+    def command(self, k: int, cmd: list[str]) -> list[str]:
+        """``cmd`` as run on host ``k``: in its network namespace, under its hostname, with its
+        ``/etc/hosts``.
+
+        ``nsenter --net`` rather than ``ip netns exec``: the latter remounts ``/sys``, and daemons
+        that read ``/sys/fs/cgroup`` (slurmd) then fail. A private mount namespace
+        (``unshare --mount``) carries the host's ``/etc/hosts`` instead."""
+        h = self._host(k)
         if h.netns is None:
             return list(cmd)
-        inner = f'hostname {h.name} && exec "$@"'
-        return ["ip", "netns", "exec", h.netns, "unshare", "--uts", "sh", "-c", inner, "sh", *cmd]
+        inner = (
+            f"mount --bind {NETNS_ETC / h.netns / 'hosts'} /etc/hosts && "
+            f'hostname {h.name} && exec "$@"'
+        )
+        return ["nsenter", f"--net=/run/netns/{h.netns}", "unshare", "--uts", "--mount",
+                "sh", "-c", inner, "sh", *cmd]  # fmt: skip
+
+    # -- faults and links (namespaces only) ---------------------------------------------------
+    def _needs_namespaces(self, what: str) -> None:
+        if self.mode != "namespaces":
+            raise RuntimeError(f"{what} needs the hosts in namespaces ({self.why_loopback})")
+
+    def kill(self, k: int) -> int:
+        """Kill every process on host ``k`` at once (SIGKILL), as a lost node: returns how many.
+        The host itself stays, so it can "come back" with new processes."""
+        self._needs_namespaces("killing a host")
+        pids = subprocess.run(
+            ["ip", "netns", "pids", self._host(k).netns], capture_output=True, text=True
+        ).stdout.split()
+        for pid in map(int, pids):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        return len(pids)
+
+    def processes(self, k: int) -> list[int]:
+        """The process ids running on host ``k``."""
+        self._needs_namespaces("listing a host's processes")
+        out = subprocess.run(
+            ["ip", "netns", "pids", self._host(k).netns], capture_output=True, text=True
+        ).stdout
+        return [int(p) for p in out.split() if Path(f"/proc/{p}").exists()]
+
+    def set_link(self, k: int, up: bool) -> None:
+        """Unplug (``up=False``) or plug back host ``k``'s cable: its port on the switch goes down
+        or up, and the host itself notices nothing (as a failed switch port or cable)."""
+        self._needs_namespaces("taking a link down")
+        _ip("link", "set", f"p{self._host(k).index}", "up" if up else "down", netns=self.switch)
+
+    def shape(self, k: int, rate: str | None, burst: str = "64kb", latency: str = "200ms") -> None:
+        """Limit host ``k``'s link to ``rate`` (``tc`` units, e.g. "1gbit", "200mbit") in both
+        directions with a token bucket (``tbf``) on each end of its veth pair; ``None`` removes it.
+
+        Rate, not delay: ``netem`` is not in every kernel, ``tbf`` is."""
+        self._needs_namespaces("shaping a link")
+        h = self._host(k)
+        for dev, ns in (("eth0", h.netns), (f"p{h.index}", self.switch)):
+            subprocess.run(["tc", "-n", ns, "qdisc", "del", "dev", dev, "root"],
+                           capture_output=True)  # fmt: skip
+            if rate is not None:
+                cmd = ["tc", "-n", ns, "qdisc", "add", "dev", dev, "root", "tbf", "rate", rate,
+                       "burst", burst, "latency", latency]  # fmt: skip
+                done = subprocess.run(cmd, capture_output=True, text=True)
+                if done.returncode != 0:
+                    raise OSError(f"{' '.join(cmd)}: {done.stderr.strip()}")
 
     def popen(self, k: int, cmd: list[str], **kwargs) -> subprocess.Popen:
         """Start ``cmd`` on host ``k`` (``subprocess.Popen`` keywords pass through)."""

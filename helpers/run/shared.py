@@ -194,6 +194,32 @@ def summary(where: Path | None = None) -> str:
     )
 
 
+def once(name: str, compute, *material) -> dict:
+    """``compute()``'s result (a JSON-able dict), made once per test run for every caller that
+    asks with the same ``name`` and ``material`` (and the same deciding environment), as a
+    launch is: for runs bigger than one launch, such as Chapter 5's multi-node jobs. Without
+    sharing, or when the stored copy is missing, it runs."""
+    import time
+
+    if folder() is None:
+        return compute()
+    deciding = {n: v for n, v in os.environ.items() if n.startswith(_DECIDING) and n != ENV}
+    blob = json.dumps([name, list(material), deciding], sort_keys=True, default=str)
+    path = folder() / f"once-{hashlib.sha256(blob.encode()).hexdigest()[:24]}.json"
+    if path.is_file():
+        stored = json.loads(path.read_text())
+        log(name, 0, stored["seconds"], "reused", [str(m) for m in material])
+        return stored["result"]
+    start = time.monotonic()
+    result = compute()
+    seconds = time.monotonic() - start
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps({"seconds": seconds, "result": result}))
+    tmp.replace(path)
+    log(name, 0, seconds, "ran", [str(m) for m in material])
+    return result
+
+
 if __name__ == "__main__":  # python -m helpers.run.shared FOLDER: the summary of a finished run
     import sys
 
