@@ -23,7 +23,7 @@ import sys
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
-NAMES = ("ch01", "ch02", "ch03", "ch05", "ch07", "ch08", "ch09", "flagship")
+NAMES = ("ch01", "ch02", "ch03", "ch05", "ch07", "ch08", "ch09", "flagship", "multinode")
 FLAGS = ("quick", "only", "budget_s", "gpus", "copy_to", "show")  # the shared ones, --record aside
 PROG = "python -m helpers.record"
 
