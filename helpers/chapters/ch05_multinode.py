@@ -27,6 +27,16 @@ RUNS: dict[str, tuple[str, tuple[str, ...], str]] = {
         (),
         "torchrun across two hosts: Chapter 2's dp x pp x tp = 2 x 2 x 2, 4 ranks per host",
     ),
+    "mesh_orders": (
+        "helpers.run.mesh_orders:measure",
+        ("tc",),
+        "tp x dp = 2 x 2 on two hosts with a 200 Mbit/s link, tp inside and across hosts",
+    ),
+    "slurm": (
+        "helpers.run.slurm:slurm_job",
+        ("munged", "slurmctld", "slurmd", "sbatch", "sacct"),
+        "a two-node SLURM cluster: the book's job script, launch_from_slurm and torchrun",
+    ),
 }
 
 
@@ -77,7 +87,7 @@ def result(name: str) -> dict:
 def source_line(run: dict) -> str:
     """One line: live on this machine, or recorded (when, by which command, at which commit)."""
     if run["source"] == "live":
-        return f"live on this machine: {run['hosts_banner']}"
+        return "live on this machine: " + run.get("hosts_banner", "two hosts in network namespaces")
     p = run["provenance"]
     return (
         f"recorded {p['date']} with `{p['command']}` at {p['git_commit'][:10]} "
@@ -124,3 +134,38 @@ def reader_line(cmd: list[str]) -> str:
     if "--rdzv_id" in words:
         words[words.index("--rdzv_id") + 1] = "job1"
     return " ".join(words)
+
+
+# --- what the notebook shows -------------------------------------------------------------------
+def rank_rows(run: dict) -> list[dict]:
+    """One row per rank of the 3-D run: its host, groups, and its check against the unsplit
+    model."""
+    return [
+        {
+            "rank": r["rank"],
+            "host": r["host"],
+            **{f"{axis} group": r["groups"][axis] for axis in ("tp", "pp", "dp")},
+            "losses = unsplit": r["losses_equal_reference"],
+            "grads ≤ 1e-5": r["max_grad_diff"] <= 1e-5,
+        }
+        for r in run["ranks"]
+    ]
+
+
+def mesh_order_rows(run: dict) -> list[dict]:
+    """The two mesh orders, measured beside the cost model's prediction."""
+    rows = []
+    for order, o in run["orders"].items():
+        rows.append(
+            {
+                "order": order,
+                "tp groups": o["groups"]["tp"],
+                "tp inside a host": o["tp_inside_hosts"],
+                "step ms measured": round(1e3 * o["measured"]["step_s"], 1),
+                "step ms predicted": round(1e3 * o["predicted"]["step_s"], 1),
+                "error %": round(100 * o["step_error"], 1),
+                "comm share measured": round(o["measured"]["exposed_share"], 2),
+                "comm share predicted": round(o["predicted"]["share"], 2),
+            }
+        )
+    return rows

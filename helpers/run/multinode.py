@@ -12,8 +12,10 @@ ranks run"), and inside namespaces gloo is pointed at each host's one interface.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 
@@ -43,17 +45,103 @@ class NodesResult:
 
 
 def node_command(
-    hosts: Hosts, k: int, demo: str, nproc_per_node: int, args: list[str] = (), port: int = 29400
+    hosts: Hosts,
+    k: int,
+    demo: str,
+    nproc_per_node: int,
+    args: list[str] = (),
+    port: int = 29400,
+    agent_args: list[str] = (),
 ) -> list[str]:
     """The torchrun agent of host ``k`` for a job over every host: ``--nnodes N --node_rank k``,
     c10d rendezvous on host 0 (Chapter 5, "Launching with torchrun": the same line on a real
-    cluster)."""
+    cluster). ``agent_args``: more torchrun options (``--max_restarts 1``, ``--rdzv_conf ...``)."""
     return [
         sys.executable, "-m", "torch.distributed.run",
         "--nnodes", str(hosts.n), "--node_rank", str(k), "--nproc_per_node", str(nproc_per_node),
         "--rdzv_backend", "c10d", "--rdzv_endpoint", f"{hosts.hosts[0].address}:{port}",
-        "--rdzv_id", f"book-{os.getpid()}", "-m", demo_module(demo), *map(str, args),
+        "--rdzv_id", f"book-{os.getpid()}", *map(str, agent_args),
+        "-m", demo_module(demo), *map(str, args),
     ]  # fmt: skip
+
+
+def job_env(hosts: Hosts, nproc_per_node: int, env: dict[str, str] | None = None) -> dict:
+    """Every agent's environment: the placement rule's for the whole world, the repository on
+    ``PYTHONPATH``, gloo on ``eth0`` inside namespaces, then ``env``."""
+    extra = {"PYTHONPATH": str(REPO_ROOT), **(env or {})}
+    if hosts.mode == "namespaces":
+        extra.setdefault("GLOO_SOCKET_IFNAME", "eth0")
+    return rank_env(hosts.n * nproc_per_node, extra)
+
+
+def default_port() -> int:
+    """The rendezvous port: two test processes' loopback agents differ."""
+    return 29400 + os.getpid() % 500
+
+
+class Node:
+    """One agent started by :func:`start_node`, its output read live: ``lines`` grows as the
+    agent prints, each with the monotonic time it arrived in ``times``."""
+
+    def __init__(self, k: int, proc: subprocess.Popen, command: list[str]):
+        self.k, self.proc, self.command = k, proc, command
+        self.lines: list[str] = []
+        self.times: list[float] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            self.times.append(time.monotonic())
+            self.lines.append(line.rstrip("\n"))
+
+    def wait_for(self, pattern: str, timeout_s: float, after: int = 0) -> int:
+        """The index of the first line from ``after`` on that matches ``pattern`` (a regular
+        expression); :class:`TimeoutError` when none arrives within ``timeout_s`` or the agent
+        ends first."""
+        end = time.monotonic() + timeout_s
+        while time.monotonic() < end:
+            for i in range(after, len(self.lines)):
+                if re.search(pattern, self.lines[i]):
+                    return i
+            if self.proc.poll() is not None and not self._reader.is_alive():
+                break
+            time.sleep(0.05)
+        tail = "\n".join(self.lines[-15:])
+        raise TimeoutError(f"host{self.k}'s agent printed no line matching {pattern!r}:\n{tail}")
+
+    def wait(self, timeout_s: float) -> int:
+        """The agent's exit status, once it has ended and all its output is read."""
+        code = self.proc.wait(timeout=timeout_s)
+        self._reader.join(timeout=5)
+        return code
+
+    @property
+    def output(self) -> str:
+        return "\n".join(self.lines)
+
+
+def start_node(
+    hosts: Hosts,
+    k: int,
+    demo: str,
+    nproc_per_node: int = 2,
+    args: list[str] | tuple[str, ...] = (),
+    env: dict[str, str] | None = None,
+    port: int | None = None,
+    agent_args: list[str] | tuple[str, ...] = (),
+) -> Node:
+    """Start host ``k``'s agent and return at once (:func:`launch_nodes` waits for all): for a
+    fault that strikes while the job runs, or a host that comes back and starts its agent again
+    (Chapter 8, "A lost node"; Chapter 5, "Elastic restarts")."""
+    if nproc_per_node < 1:
+        raise ValueError(f"nproc_per_node must be at least 1, got {nproc_per_node}")
+    command = node_command(hosts, k, demo, nproc_per_node, list(args), port or default_port(),
+                           list(agent_args))  # fmt: skip
+    proc = hosts.popen(k, command, env=job_env(hosts, nproc_per_node, env),
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                       start_new_session=True)  # fmt: skip
+    return Node(k, proc, command)
 
 
 def launch_nodes(
@@ -70,11 +158,8 @@ def launch_nodes(
     fails, :class:`helpers.run.launch.LaunchTimeout` past ``timeout_s`` (every agent killed)."""
     if nproc_per_node < 1:
         raise ValueError(f"nproc_per_node must be at least 1, got {nproc_per_node}")
-    extra = {"PYTHONPATH": str(REPO_ROOT), **(env or {})}
-    if hosts.mode == "namespaces":
-        extra.setdefault("GLOO_SOCKET_IFNAME", "eth0")
-    ranks_env = rank_env(hosts.n * nproc_per_node, extra)
-    port = port or 29400 + os.getpid() % 500  # two test processes' loopback agents differ
+    ranks_env = job_env(hosts, nproc_per_node, env)
+    port = port or default_port()
     start = time.monotonic()
     procs = [
         hosts.popen(

@@ -8,6 +8,11 @@ messages were taken from the labs' own logs (gloo on CPU) and from torch's sourc
 prints nothing of its own: it is recognised by Colossal-AI's "[extension] Compiling the JIT ..."
 line with no "Time taken" after it (colossalai/kernel/extensions/cuda_extension.py:85, 102; Chapter
 8, "A stale kernel-build lock", :mod:`helpers.run.kernels`).
+
+Across hosts (Chapter 8, "A lost node" and "A link goes down"; :mod:`helpers.run.node_faults`)
+two more: a peer whose connection closed is on another host (gloo prints the peer's address, and
+``hosts``, the job's address-to-name table, turns it into the host's name), and a collective that
+timed out in a job over several hosts, or on a host whose agent lost the rendezvous store.
 """
 
 from __future__ import annotations
@@ -20,8 +25,8 @@ from helpers.run.kernels import CLEAR_COMMAND, unfinished_builds
 
 @dataclass(frozen=True)
 class Diagnosis:
-    kind: str  # init_hang, port_in_use, out_of_memory, nan_loss, rank_crash, stale_kernel_lock,
-    # collective_mismatch, unknown
+    kind: str  # init_hang, port_in_use, out_of_memory, nan_loss, rank_crash, lost_node,
+    # stale_kernel_lock, cross_node_timeout, collective_mismatch, unknown
     cause: str
     fix: str
     evidence: str  # the log line that decided it
@@ -31,6 +36,12 @@ class Diagnosis:
 
 
 _SIGNALS = {"9": "SIGKILL", "6": "SIGABRT", "11": "SIGSEGV", "7": "SIGBUS"}
+_TIMEOUT = (
+    r"Timed out waiting \d+ms for (recv|send)|Watchdog caught collective operation timeout|"
+    r"collective operation timeout"
+)
+# a host's agent that cannot reach the rendezvous store on another host (torch's TCPStore client)
+_STORE_LOST = r"recvValue failed|sendBytes failed|The connection to the C10d store has failed"
 _RULES = [  # (kind, pattern, cause, fix); the first pattern found in the log wins
     (
         "port_in_use",
@@ -80,6 +91,16 @@ _RULES = [  # (kind, pattern, cause, fix); the first pattern found in the log wi
         "from the last checkpoint",
     ),
     (
+        "lost_node",
+        r"(?:Connection closed by peer|Connection reset by peer|Read error|Write error) "
+        r"\[([0-9a-fA-F.:]+)\]",
+        "the ranks of another host vanished mid-run (the node died, rebooted or was "
+        "preempted): every connection to it closed at once, and the ranks here failed with it",
+        "check that host (is it up? its own log, dmesg, the scheduler's node state); replace "
+        "or drain it, then resume from the last checkpoint; torchrun --max_restarts N restarts "
+        "the job by itself when the node comes back",
+    ),
+    (
         "stale_kernel_lock",
         r"\[extension\] Compiling the JIT \S+ kernel",
         "a run was killed while building Colossal-AI's JIT kernels (or waiting for that build), or "
@@ -92,9 +113,18 @@ _RULES = [  # (kind, pattern, cause, fix); the first pattern found in the log wi
         "(about a minute) before timed runs, or give the first run a timeout above the build",
     ),
     (
+        "cross_node_timeout",
+        _TIMEOUT,
+        "a collective between hosts timed out: the ranks here waited for ranks on another host "
+        "that stopped answering while every process stayed alive, as a link that is down does "
+        "(cable, switch port, NIC, firewall), or a rank there that hangs",
+        "check the link first: from each host reach the others' addresses on the interface the "
+        "backend uses (GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME; ping, nc, ip link), then the "
+        "switch; a hung rank there shows in py-spy dump; then resume from the last checkpoint",
+    ),
+    (
         "collective_mismatch",
-        r"Timed out waiting \d+ms for (recv|send)|Watchdog caught collective operation "
-        r"timeout|Detected mismatch between collectives|collective operation timeout",
+        _TIMEOUT + r"|Detected mismatch between collectives",
         "ranks did not call the same collectives in the same order (one skipped or added one), or "
         "a rank "
         "stalled: the partners wait until the timeout",
@@ -120,13 +150,58 @@ def _rank_of_signal(log: str) -> str | None:
     return None
 
 
-def diagnose(log: str) -> Diagnosis:
-    """The first failure of :data:`_RULES` found in ``log`` (the merged output of all ranks)."""
+def _own_host(log: str) -> str | None:
+    """The host this log comes from: torchrun's failure summary names it (``host : host0``)."""
+    m = re.search(r"^\s*host\s*:\s*(\S+)", log, re.MULTILINE)
+    return m.group(1) if m else None
+
+
+def _remote_peer(log: str, pattern: str, hosts: dict[str, str]) -> tuple[str, str] | None:
+    """The first closed connection to a peer on another host: (its address, the log line)."""
+    own = _own_host(log)
+    for line in log.splitlines():
+        m = re.search(pattern, line)
+        if not m:
+            continue
+        address = m.group(1)
+        if address.startswith("127.") or address == "::1" or hosts.get(address, "?") == own:
+            continue
+        return address, line.strip()
+    return None
+
+
+def _across_hosts(log: str, hosts: dict[str, str]) -> bool:
+    """The job spans several hosts (the caller says so) or this host lost the store."""
+    return len(set(hosts.values())) > 1 or re.search(_STORE_LOST, log) is not None
+
+
+def diagnose(log: str, hosts: dict[str, str] | None = None) -> Diagnosis:
+    """The first failure of :data:`_RULES` found in ``log`` (the merged output of all ranks, or
+    one host's). ``hosts``: the job's hosts, address to name (a hostfile, ``/etc/hosts``), for a
+    job over several hosts; it names a lost node and marks a collective timeout as cross-node."""
+    hosts = dict(hosts or {})
     for kind, pattern, cause, fix in _RULES:
         m = re.search(pattern, log)
         if not m:
             continue
         line = next((ln.strip() for ln in log.splitlines() if re.search(pattern, ln)), m.group(0))
+        if kind == "lost_node":
+            peer = _remote_peer(log, pattern, hosts)
+            if peer is None:
+                continue  # a peer on this host: its own failure is the cause (rank_crash, ...)
+            address, line = peer
+            name = hosts.get(address)
+            who = f"{name} ({address})" if name else f"the host at {address}"
+            cause = f"lost node {who}: " + cause
+        if kind == "cross_node_timeout":
+            if not _across_hosts(log, hosts):
+                continue
+            own = _own_host(log)
+            others = sorted(set(hosts.values()) - {own}) if own else []
+            if re.search(_STORE_LOST, log):
+                cause += "; this host's agent also lost the rendezvous store on another host"
+            if own and others:
+                cause = f"on {own}, waiting for {' or '.join(others)}: " + cause
         if kind == "stale_kernel_lock":  # the run that never finished comes last
             line = [ln.strip() for ln in log.splitlines() if re.search(pattern, ln)][-1]
         if kind == "stale_kernel_lock" and (
