@@ -384,7 +384,7 @@ BAD = [
         None,
         "train.precision",
         "'fp8'",
-        "valid: fp32, fp16, bf16",
+        "keep precision: bf16 (or fp16) and pass use_fp8=True",
     ),
     (
         "mode all2all",
@@ -1202,7 +1202,7 @@ def test_page_exercise_answers():
         "LEARNING_RATE = 1e-4\nNUM_LAYERS = 32\nNUM_HEADS = 32\nHIDDEN_SIZE = 4096"
     )
     with pytest.raises(
-        ConfigError, match=r"microbatches = 8.*use microbatches 2 or 4"
+        ConfigError, match=r"microbatches = 8.*use microbatches 4 or change"
     ):  # exercise 4
         migrate_to_config(legacy, world_size=64)
     p = scaled_down(load_config("seed_complete.yaml"), 4).parallelism  # exercise 5

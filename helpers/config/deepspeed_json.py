@@ -64,8 +64,8 @@ def to_deepspeed(
         zero["offload_optimizer"] = {"device": "cpu"}
         if p.zero_stage == 3:
             zero["offload_param"] = {"device": "cpu"}
-    if p.zero_stage:
-        zero["overlap_comm"] = True
+    if p.zero_stage:  # the book's overlap_communication, on by default as in Colossal-AI
+        zero["overlap_comm"] = p.overlap_communication is not False
     ds["zero_optimization"] = zero
     if p.tensor > 1:
         ds["tensor_parallel"] = {"autotp_size": p.tensor}

@@ -17,6 +17,7 @@ class ConfigError(ValueError):
     def __init__(self, message: str, field: str | None = None, value: Any = None):
         super().__init__(message)
         self.field, self.value = field, value
+        self.rule: str | None = None  # the name of the broken rule of helpers.config.rules.RULES
 
 
 def fail(field: str, value: Any, problem: str, fix: str) -> ConfigError:

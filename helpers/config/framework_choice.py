@@ -39,23 +39,46 @@ def _gemini_fix(gemini: dict[bool, dict]) -> str:
     )
 
 
+def _ratio_text(ratios: list[dict]) -> str:
+    """The ZeRO-2 / FSDP2 ratio at the smallest and the largest micro-batch recorded (the rows of
+    :func:`helpers.chapters.ch06_frameworks.ratio_rows`), or '' without both."""
+    if len(ratios) < 2:
+        return ""
+
+    def per_gpu(r: dict) -> int:
+        return r["sequences per GPU"]
+
+    low, high = min(ratios, key=per_gpu), max(ratios, key=per_gpu)
+    return (
+        f"; ZeRO-2 {float(low['ZeRO-2 / FSDP2']):.2f}× FSDP2's throughput at "
+        f"{low['sequences per GPU']} sequences per GPU ({low['setup']}, FSDP2 reducing in fp32), "
+        f"{float(high['ZeRO-2 / FSDP2']):.3f}× at {high['sequences per GPU']} with the same "
+        "knobs in both (Chapter 8): parity, the ratio depends on the micro-batch"
+    )
+
+
 def decision_rows(
-    points: list[dict] | None = None, gemini: dict[bool, dict] | None = None
+    points: list[dict] | None = None,
+    gemini: dict[bool, dict] | None = None,
+    ratios: list[dict] | None = None,
 ) -> list[dict]:
     """The seed's "when to choose which", each row with its evidence read from Chapter 6's recorded
     comparison (``ch08_compare``: 0.94 B Llama, batch 8 × 2048, bf16, 2 GPUs) and its Gemini re-run
     with and without the asynchronous gradient reduce (``ch08_gemini``, keyed by
-    ``enable_async_reduce``). Default: the records found by
-    :mod:`helpers.chapters.ch08_troubleshooting`; with ``points`` given and ``gemini`` not, no
-    Gemini re-run is cited."""
+    ``enable_async_reduce``), and the ZeRO-2 / FSDP2 ratio at each recorded micro-batch
+    (``ratios``, :func:`helpers.chapters.ch06_frameworks.ratio_rows`). Default: the records found
+    by :mod:`helpers.chapters.ch08_troubleshooting` and :mod:`helpers.chapters.ch06_frameworks`;
+    with ``points`` given and ``gemini`` or ``ratios`` not, neither is cited."""
     if points is None:
+        from helpers.chapters.ch06_frameworks import ratio_rows
         from helpers.chapters.ch08_troubleshooting import gemini_points, points as recorded_points
 
         points, gemini = recorded_points("compare"), gemini_points() if gemini is None else gemini
+        ratios = ratio_rows() if ratios is None else ratios
     fsdp, zero = _measured(points, "FSDP2"), _measured(points, "LowLevelZero")
     tp, gemini_run = _measured(points, "tp=2"), _measured(points, "Gemini")
     fix = _gemini_fix(gemini or {})
-    ratio = (
+    ratio = _ratio_text(ratios or []) or (
         f"; ZeRO-2 {zero['tokens_per_s'] / fsdp['tokens_per_s']:.2f}× FSDP2's throughput "
         "in the same run"
         if fsdp and zero and fsdp["valid"] and zero["valid"]

@@ -31,9 +31,32 @@ _EXAMPLES = {
     "steps": 100,
     "save_interval": 1000,
     "keep_last": 3,
+    "max_grad_norm": 1.0,
+    "overlap_communication": "false",
 }
+# Colossal-AI 0.5.0 has no fp8 *precision*: fp8 is a switch of the plugins, on top of bf16/fp16
+FP8 = (
+    "fp8 is not a precision of Colossal-AI 0.5.0's plugins: keep precision: bf16 (or fp16) and "
+    "pass use_fp8=True (fp8 matrix multiplies: FP8Hook swaps F.linear for linear_fp8, "
+    "colossalai/quantization/fp8_hook.py, which takes only bf16/fp16 inputs, fp8.py:781, and "
+    "needs torch._scaled_mm, a GPU of compute capability 8.9 or more) or fp8_communication=True "
+    "(fp8-compressed collectives) to the plugin: LowLevelZeroPlugin "
+    "(low_level_zero_plugin.py:428-429), HybridParallelPlugin "
+    "(hybrid_parallel_plugin.py:1045-1046) or GeminiPlugin (gemini_plugin.py:481-483); "
+    "this config format has no field for them"
+)
+OVERLAP = (
+    "it is a parallelism key: parallelism: overlap_communication: true|false "
+    "(LowLevelZeroPlugin, or HybridParallelPlugin with ZeRO 1/2)"
+)
 _HINTS = {
     "parallel": "a legacy config.py key: migrate with helpers.config.legacy.migrate_legacy",
+    "use_fp8": FP8,
+    "fp8_communication": FP8,
+    "overlap_communication": OVERLAP,
+    "overlap_comm": "DeepSpeed's overlap_comm is parallelism: overlap_communication here",
+    "overlap_allgather": "a LowLevelZeroPlugin/HybridParallelPlugin argument this format does "
+    "not set (Chapter 8 passes it to the training demo as --plugin_kw overlap_allgather=True)",
     "fp16": "precision lives in train: precision: fp16",
     "optimizer": "the optimizer is set by the training script",
     "lr": "did you mean 'learning_rate'?",
@@ -82,8 +105,14 @@ def _bad_choice(e: dict, field: str, key: str, value: Any) -> ConfigError:
     valid = [x.strip(" '") for x in e["ctx"]["expected"].replace(" or ", ",").split(",")]
     close = difflib.get_close_matches(str(value).lower(), valid, n=1, cutoff=0.3)
     hint = f"did you mean '{close[0]}'? " if close else ""
+    if key == "precision" and "fp8" in str(value).lower():
+        hint = f"{FP8}; "
     if key == "sequence_mode" and str(value).lower() in ("sequence", "1d"):
         hint = "legacy mode names do not exist any more; "
+    if key == "sequence_mode" and "ulysses" in str(value).lower():
+        hint = "DeepSpeed-Ulysses is all_to_all here; "
+    if key == "sequence_mode" and "megatron" in str(value).lower():
+        hint = "Megatron-LM's sequence parallelism is split_gather here; "
     if key == "kind" and "gpt" in str(value).lower():
         hint = (
             "GPT-2 loses its causal mask under HybridParallelPlugin without flash attention "
@@ -108,7 +137,8 @@ def _bound(e: dict, field: str, key: str, value: Any, example: Any) -> ConfigErr
 
 
 def _wrong_type(kind: str, field: str, key: str, value: Any, example: Any) -> ConfigError:
-    want = {"int": "a whole number", "flo": "a number", "str": "a string"}.get(kind[:3], "a number")
+    want = {"int": "a whole number", "flo": "a number", "str": "a string", "boo": "a boolean"}
+    want = want.get(kind[:3], "a number")
     fix = f"write e.g. {key}: {example}"
     if (
         isinstance(value, str)
@@ -144,6 +174,13 @@ def translate(err: ValidationError, raw: dict) -> ConfigError:
             value,
             "must be a mapping (a section of keys)",
             f"write it as '{key}:' followed by indented 'key: value' lines",
+        )
+    elif kind == "finite_number":
+        msg = fail(
+            field,
+            value,
+            "not a finite number (YAML reads .inf, .nan and 1e999 as floats)",
+            f"write a finite value, e.g. {key}: {example}",
         )
     elif kind == "string_too_short":
         msg = fail(field, value, "must not be empty", f"name a folder, e.g. {key}: ckpt/run1")

@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from helpers.config.errors import ConfigError
+from helpers.config.errors import ConfigError, fail
 from helpers.config.hints import translate
 from helpers.config.schema import TrainConfig
 
@@ -85,11 +85,13 @@ def load_config(source: str | Path | dict, world_size: int | None = None) -> Tra
     """
     raw = _read(source)
     if not isinstance(raw, dict):
-        raise ConfigError(
-            f"a config must be a mapping with sections parallelism/train/model, got "
-            f"{type(raw).__name__} {raw!r:.60}; start the file with 'parallelism:'",
+        got = "(empty)" if raw is None else f"{raw!r:.60}"
+        raise fail(
             "config",
-            raw,
+            got if raw is None else raw,
+            "a config must be a mapping with sections parallelism/train/model, got "
+            + ("an empty file" if raw is None else type(raw).__name__),
+            "start the file with 'parallelism:'",
         )
     try:
         cfg = TrainConfig.model_validate(raw)

@@ -102,12 +102,14 @@ def plugin_spec(source: TrainConfig | str, /, **kwargs) -> PluginSpec:
 
 def _config_spec(cfg: TrainConfig) -> PluginSpec:
     p, t = cfg.parallelism, cfg.train
-    clip = {"max_norm": t.max_grad_norm} if t.max_grad_norm else {}
+    extra = {"max_norm": t.max_grad_norm} if t.max_grad_norm else {}
+    if p.overlap_communication is not None:  # the rules allow it only where the plugin takes it
+        extra["overlap_communication"] = p.overlap_communication
     if p.zero_stage == 3:
         kwargs = {
             "precision": t.precision,
             **({"tp_size": p.tensor} if p.tensor > 1 else {}),
-            **clip,
+            **extra,
         }
         return PluginSpec(
             "GeminiPlugin",
@@ -117,7 +119,7 @@ def _config_spec(cfg: TrainConfig) -> PluginSpec:
     if p.model_parallel == 1 and p.zero_stage in (1, 2):
         return PluginSpec(
             "LowLevelZeroPlugin",
-            {"stage": p.zero_stage, "precision": t.precision, **clip},
+            {"stage": p.zero_stage, "precision": t.precision, **extra},
             why=f"data parallelism only, ZeRO-{p.zero_stage}",
         )
     if p.model_parallel == 1 and t.precision != "bf16":
@@ -153,7 +155,7 @@ def _config_spec(cfg: TrainConfig) -> PluginSpec:
             kwargs["num_microbatches"] = p.microbatches
         else:
             kwargs["microbatch_size"] = t.micro_batch_size
-    kwargs.update(clip)
+    kwargs.update(extra)
     notes = (
         ("ring_attn turns on flash attention: it needs the flash-attn package and GPUs",)
         if p.sequence_mode == "ring_attn"

@@ -35,6 +35,13 @@ MAPPING = [
     ("parallelism.zero_stage", "0", "stage= (1, 2)", "3 (always)", "zero_stage= (0, 1, 2)"),
     ("parallelism.microbatches", "—", "—", "—", "num_microbatches="),
     (
+        "parallelism.overlap_communication",
+        "— (DDP always overlaps)",
+        "overlap_communication=",
+        "—",
+        "overlap_communication= (ZeRO 1, 2)",
+    ),
+    (
         "train.micro_batch_size",
         "loader batch",
         "loader batch",

@@ -44,7 +44,8 @@ def _not_bool(v: Any) -> Any:
 
 Degree = Annotated[int, Strict(), Field(ge=1)]
 Count = Annotated[int, Strict(), Field(ge=0)]
-Number = Annotated[float, BeforeValidator(_not_bool)]
+# finite only: YAML reads .inf, .nan and 1e999 as floats, and inf > 0 would pass a bound
+Number = Annotated[float, BeforeValidator(_not_bool), Field(allow_inf_nan=False)]
 
 
 class Section(BaseModel):
@@ -59,6 +60,9 @@ class Parallelism(Section):
     sequence_mode: SpMode | None = None
     zero_stage: Annotated[int, Strict(), Field(ge=0, le=3)] = 0
     microbatches: Degree | None = None
+    # LowLevelZeroPlugin's / HybridParallelPlugin's (ZeRO) overlap_communication; None: their
+    # default, True
+    overlap_communication: Annotated[bool, Strict()] | None = None
 
     @property
     def sp_in_world(self) -> int:

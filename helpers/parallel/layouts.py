@@ -19,19 +19,24 @@ code it calls. Each rule of :func:`violations` cites where it comes from:
   counted in G (``ring_attn`` even swaps it in front of ``tp``: mesh ``(dp, pp, sp, tp)``);
   ``sp_size`` without sequence parallelism is an error;
 * pipeline parallelism needs ``num_microbatches`` or ``microbatch_size``, and ZeRO stage ≤ 1;
-  its 1F1B schedule (``pipeline/schedule/one_f_one_b.py``) asserts micro-batches ≥ stages;
+  its 1F1B schedule asserts micro-batches ≥ stages (``pipeline/schedule/one_f_one_b.py:93``, in
+  ``load_batch``: at the first step, after every rank has started);
 * Shardformer's Llama policy (``shardformer/policies/llama.py``) asserts attention heads and
   key-value heads divisible by T (KV heads not fewer than T), after dividing both by S for
   ``all_to_all``; ring attention needs sequences divisible by 2S (``shardformer/layer/utils.py``);
 * book rules, stricter than the library: layers divisible by P (Colossal-AI would spread the
   remainder over middle stages, ``PipelineStageManager.distribute_layers``), and a global batch
   divisible by D × micro-batch size, so every rank sees whole micro-batches.
+
+The rules themselves are one table, :data:`helpers.config.layout_rules.LAYOUT_RULES`, which
+Chapter 4's config loader enforces as well (:data:`helpers.config.rules.RULES`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from helpers.config.layout_rules import LAYOUT_RULES, layout_case
 from helpers.config.shape import ModelShape
 from helpers.parallel.factors import divisors
 from helpers.parallel.mesh import RankMesh
@@ -193,51 +198,18 @@ class Layout:
 def violations(
     layout: Layout, model: ModelShape | None = None, global_batch: int | None = None
 ) -> list[str]:
-    """Every reason ``layout`` cannot run (empty when it can); the module docstring gives the
+    """Every reason ``layout`` cannot run (empty when it can), one per broken rule of
+    :data:`helpers.config.layout_rules.LAYOUT_RULES`, the table that
+    :func:`helpers.config.loading.load_config` enforces too; the module docstring gives the
     sources."""
-    L, why = layout, []
-    if L.sp_mode is not None and L.sp_mode not in SP_MODES:
-        return [f"unknown sequence parallelism mode {L.sp_mode!r}"]
-    if L.sp_mode in SHARED_SP_MODES and L.tp < 2:
-        why.append(f"{L.sp_mode} sequence parallelism reuses the tensor group: needs T > 1")
-    if L.sp > 1 and L.sp_mode not in OWN_AXIS_SP_MODES:
-        own = " or ".join(OWN_AXIS_SP_MODES)
-        why.append(f"S={L.sp} needs a sequence mode with an own axis ({own})")
-    if L.zero_stage not in (0, 1, 2):
-        why.append(f"ZeRO stage {L.zero_stage} is not 0, 1 or 2 (HybridParallelPlugin)")
-    if L.pp > 1 and L.zero_stage > 1:
-        why.append(
-            f"ZeRO stage {L.zero_stage} with P={L.pp}: "
-            "the plugin allows only stage 0 or 1 with a pipeline"
-        )
-    if L.pp > 1 and L.microbatch is None:
-        why.append(f"P={L.pp} needs micro-batches (num_microbatches or microbatch_size)")
-    if model is not None:
-        a2a = L.sp if L.sp_mode == "all_to_all" else 1  # Ulysses splits heads over S first
-        if model.heads % (L.tp * a2a):
-            what = f"T×S={L.tp * a2a}" if a2a > 1 else f"T={L.tp}"
-            why.append(f"{model.heads} attention heads are not divisible by {what}")
-        if model.kv % (L.tp * a2a) or model.kv // a2a < L.tp:
-            what = f"T×S={L.tp * a2a}" if a2a > 1 else f"T={L.tp}"
-            why.append(f"{model.kv} KV heads are not divisible by {what}")
-        if model.layers % L.pp:
-            why.append(f"{model.layers} layers do not split evenly into P={L.pp} stages")
-        split = 2 * L.sp if L.sp_mode == "ring_attn" else L.seq_degree
-        if model.seq_len is not None and L.sp_mode and model.seq_len % split:
-            why.append(f"sequence length {model.seq_len} is not divisible by {split}")
-    if global_batch is not None and L.microbatch is not None:
-        per_step = L.dp * L.microbatch
-        if global_batch % per_step:
-            why.append(
-                f"global batch {global_batch} is not divisible by "
-                f"D × micro-batch = {L.dp} × {L.microbatch}"
-            )
-        elif L.pp > 1 and global_batch // per_step < L.pp:
-            why.append(
-                f"m={global_batch // per_step} micro-batches per step < P={L.pp} stages "
-                "(1F1B needs m ≥ P)"
-            )
-    return why
+    if layout.sp_mode is not None and layout.sp_mode not in SP_MODES:
+        return [f"unknown sequence parallelism mode {layout.sp_mode!r}"]
+    case = layout_case(layout, model, global_batch)
+    return [
+        rule.reason(case)
+        for rule in LAYOUT_RULES
+        if (model is not None or not rule.needs_model) and rule.broken(case)
+    ]
 
 
 def validate(
