@@ -204,10 +204,6 @@ def test_nan_study_at_2048_from_the_record():
     assert error.rstrip().endswith(
         json.dumps(dp["results"][1]["watch"][-1]) + '], "zero": 0}'
     )  # rank 1's RESULT line
-    assert (
-        "last 3,000 characters" in flat and "end of rank 1's result line and no traceback" in flat
-    )
-    assert "the run after it was skipped because the budget was spent" in flat
     statuses = [row["status"] for row in nan_rows(record["runs"])]
     assert statuses[0] == "ok" and statuses[2] == "not run: the recording's budget was spent"
     assert (
