@@ -193,7 +193,10 @@ def test_page_grid():
         [1, 5],
     )
     _page_has(
-        "Rank 5, for instance, has coordinate $(d, p, t) = (1, 0, 1)$", "rank 4", "rank 7", "rank 1"
+        "Rank 5, for instance, has coordinate $(r_D, r_P, r_T) = (1, 0, 1)$",
+        "rank 4",
+        "rank 7",
+        "rank 1",
     )
     ulysses = Layout.for_world(8, tp=2, sp=2, sp_mode="all_to_all").mesh()
     assert ulysses.groups("sp") == [[0, 1], [2, 3], [4, 5], [6, 7]]
@@ -212,7 +215,7 @@ def test_page_builder():
     assert b.group_of(21, "tp") == [20, 21, 22, 23] and b.group_of(21, "pp") == [17, 21, 25, 29]
     assert b.group_of(21, "dp") == [5, 21]
     _page_has(
-        "Worker 21 has coordinate $(d, p, t) = (1, 1, 1)$",
+        "Worker 21 has coordinate $(r_D, r_P, r_T) = (1, 1, 1)$",
         "workers 20, 22 and 23",
         "17, 21, 25, 29",
         "worker 5",
@@ -240,7 +243,7 @@ def test_page_exercise_answers():
         [11, 27],
     )
     _page_has(
-        "$(d, p, t) = (1, 2, 3)$; tensor group {24, 25, 26, 27}, "
+        "$(r_D, r_P, r_T) = (1, 2, 3)$; tensor group {24, 25, 26, 27}, "
         "pipeline group {19, 23, 27, 31}, data group {11, 27}"
     )
     llama3 = ModelShape(layers=32, heads=32, kv_heads=8)

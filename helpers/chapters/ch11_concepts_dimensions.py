@@ -106,7 +106,7 @@ QUESTIONS = [
         "padding-only mask, and transformers' sdpa then turns is_causal off, so tokens see the "
         "future. The same family of bug hit Llama under sequence parallelism with sdpa. Always "
         "compare a parallel run with a single-GPU reference; a run that learns too well is a bug.",
-        "A trap: GPT-2 loses its causal mask",
+        "A trap: the causal mask goes missing",
     ),
     # --- Chapter 2
     Q(
