@@ -49,8 +49,8 @@ def test_step_time_is_the_sum_of_its_parts():
 
 def test_tiers_tensor_parallel_across_nodes_uses_the_network():
     hw = Hardware()
-    inside = plan_layout(LLAMA2_70B, Layout(128, 8, 1, microbatch=1, zero_stage=1), 1024, hw)
-    across = plan_layout(LLAMA2_70B, Layout(64, 16, 1, microbatch=1, zero_stage=1), 1024, hw)
+    inside = plan_layout(SEED_7B5, Layout(8, 8, 1, microbatch=1, zero_stage=1), 64, hw)
+    across = plan_layout(SEED_7B5, Layout(4, 16, 1, microbatch=1, zero_stage=1), 64, hw)
     assert inside.tiers["tp"].startswith("NVLink") and across.tiers["tp"].startswith("InfiniBand")
     assert across.tp_comm_s > 5 * inside.tp_comm_s
     one_node = plan_layout(VALIDATION_0B5, Layout(2, 1, 1, microbatch=8), 16, hw)

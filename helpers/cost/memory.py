@@ -28,11 +28,11 @@ Sources, one per part:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 
 from helpers.config.shape import ModelShape
 from helpers.cost.activations import check_degree, check_positive, layer_activations
-from helpers.parallel.layouts import Layout
+from helpers.parallel.layouts import Layout, violations
 from helpers.parallel.vocab import OWN_AXIS_SP_MODES, SHARED_SP_MODES, SP_MODES
 
 GIB = 2**30
@@ -113,6 +113,19 @@ class MemoryBreakdown:
         return "\n".join(f"{name:<14}{value / div:>10.2f} {unit}" for name, value in rows)
 
 
+def _refuse_impossible(layout: Layout, shape: ModelShape | None) -> None:
+    """A ValueError naming every rule of :func:`helpers.parallel.layouts.violations` the layout
+    breaks. ZeRO-3 without a pipeline stays allowed: the ZeRO paper's stage 3 (GeminiPlugin's
+    chunks, Chapter 7), which HybridParallelPlugin does not offer."""
+    if layout.zero_stage not in (0, 1, 2, 3) or isinstance(layout.zero_stage, bool):
+        raise ValueError(f"ZeRO stage must be 0, 1, 2 or 3, got {layout.zero_stage!r}")
+    why = violations(replace(layout, zero_stage=min(layout.zero_stage, 2)), shape)
+    if layout.zero_stage == 3 and layout.pp > 1:
+        why.append(f"ZeRO stage 3 with P={layout.pp}: stage 3 shards no pipeline stage here")
+    if why:
+        raise ValueError(f"{layout} cannot run: " + "; ".join(why))
+
+
 def estimate(
     params: float,
     layout: Layout | None = None,
@@ -162,6 +175,7 @@ def estimate(
         raise ValueError(
             f"{sp_mode} sequence parallelism splits over the tensor group: it needs tp > 1"
         )
+    _refuse_impossible(Layout(dp, tp, pp, sp, sp_mode, micro_batch, zero_stage), shape)
     zero_group = dp * sp if sp_mode in OWN_AXIS_SP_MODES else dp  # Colossal-AI's mixed_dp_group
     weights, grads, optim = model_states(params, precision, zero_stage, zero_group, tp, pp)
     cpu = 0.0

@@ -1,31 +1,27 @@
-"""Chapter 7's measured-memory model: a Llama trained under one Colossal-AI plugin, per rank.
+"""Chapter 7's memory model: a Llama- or GPT-style decoder trained under Colossal-AI, per rank.
 
-Where :mod:`helpers.cost.memory` gives the textbook estimate (ZeRO §3 model states, Korthikanti
-Table 2 activations), this module predicts what ``torch.cuda.max_memory_allocated`` reports for
-the layouts of :mod:`helpers.config.layout`. Nothing here is fitted to measurements; each term is
-counted from the code that allocates it (transformers 4.51 Llama, Colossal-AI 0.5.0 plugins):
+The one memory model of the book: Chapter 7 checks it against ``torch.cuda.max_memory_allocated``
+(records under ``results/*/ch07_memory.json``), Chapter 3's planner ranks layouts with it
+(:mod:`helpers.cost.memory_plan`). Where :mod:`helpers.cost.memory` gives the textbook estimate
+(ZeRO §3 model states, Korthikanti Table 2 activations), this module predicts what the allocator
+reports for the layouts of :mod:`helpers.config.layout`. Nothing here is fitted to a
+measurement; each term is counted from the code that allocates it (transformers 4.51, Colossal-AI
+0.5.0 plugins):
 
-* **Activations** of one decoder layer, counted tensor by tensor from what autograd saves
-  (checked exactly on the CPU with ``saved_tensors_hooks``,
-  :func:`helpers.cost.census.count_saved_bytes`): with N = b·s tokens, e bytes per element of the
-  compute dtype, h hidden, f SwiGLU width, a heads, each RMSNorm keeps its input in fp32 (4Nh),
-  1/rms (4N), the normalised value and the weighted output (2·eNh); attention keeps q, k, v, the
-  sdpa output and its log-sum-exp (3eNh + eNh + 4Na; with grouped-query attention k and v are
-  still h wide, as transformers' ``repeat_kv`` copies them before the kernel), the o_proj input
-  (eNh); the MLP keeps gate, silu(gate), up and their product (4eNf). Eager attention drops the
-  sdpa output and log-sum-exp and keeps the softmax in fp32 and its 16-bit copy (4 + 2)·b·a·s²
-  instead (Korthikanti's s² term). Tensor parallelism divides the attention and MLP parts by t,
-  not the norms. Full recomputation (non-reentrant checkpoint per layer) keeps only each layer's
-  input (eNh).
-* **Loss**: HF's loss upcasts the e-byte logits to fp32 and keeps the fp32 log-softmax (4Nv); its
-  backward holds that, the nll gradient and the log-softmax gradient at once: 12Nv, often the
-  peak.
+* **Activations** and **loss**: :mod:`helpers.cost.layer_bytes` (what autograd saves per layer,
+  Llama- and GPT-style; HF's loss keeps the fp32 log-softmax, 4Nv, and its backward holds 12Nv).
+* **Parameters per rank** (:func:`rank_params`): the layer matrices and column-parallel biases
+  split by t, norms and row-parallel biases replicated; the token embedding (vocabulary-parallel)
+  and learned positions on the first stage, the head (or, tied, its copy when pp > 1) and the
+  final norm on the last.
 * **Model states** per plugin (see :func:`model_states`): TorchDDP keeps a second fp32 gradient
   copy in its buckets; HybridParallel's mixed precision keeps fp32 masters beside the bf16 weights
   and, whenever there is no pipeline, torch DDP buckets in bf16 — also with tensor parallelism
-  over all GPUs, where DDP wraps a data-parallel group of one; LowLevelZero keeps bf16 weights,
-  fp32 master *shards* and HybridAdam states of the shards; Gemini shards weights, masters and
-  states (ZeRO-3), in the chunks of :mod:`helpers.cost.chunks`.
+  over all GPUs, where DDP wraps a data-parallel group of one; with ZeRO 1/2 it runs the
+  LowLevelZero optimizer instead; LowLevelZero keeps bf16 weights, fp32 master *shards* and
+  HybridAdam states of the shards; Gemini shards weights, masters and states (ZeRO-3), in the
+  chunks of :mod:`helpers.cost.chunks`. An own sequence axis (``all_to_all``) shards over
+  dp × sp (``HybridParallelPlugin.mixed_dp_group``), which is ``TrainLayout.dp`` there.
 * **Phases**: the peak is the largest of (1) the end of forward at the loss, (2) the start of
   backward (12Nv of loss gradients on top of all activations), (3) the end of backward (all
   gradients, the last activations gone) and (4) the optimizer step (fp32 gradient copies). 1F1B
@@ -35,8 +31,23 @@ counted from the code that allocates it (transformers 4.51 Llama, Colossal-AI 0.
 from __future__ import annotations
 
 from helpers.config.layout import TrainLayout
-from helpers.config.shape import ModelShape
 from helpers.cost.chunks import gemini_chunks, parameter_sizes
+from helpers.cost.layer_bytes import (
+    head_activation_bytes,
+    layer_activation_bytes,
+    layer_activation_parts,
+    loss_bytes,
+)
+
+__all__ = [  # the activation counts live in layer_bytes; they are read from here too
+    "head_activation_bytes",
+    "layer_activation_bytes",
+    "layer_activation_parts",
+    "loss_bytes",
+    "model_states",
+    "predict",
+    "rank_params",
+]
 
 BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 # torch's cuBLAS workspace on sm90 (CublasHandlePool.cpp: 4096 KiB x 8 on Hopper), one per thread
@@ -44,87 +55,30 @@ BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 CUBLAS_WORKSPACES = 2 * 32 * 2**20
 
 
-def layer_params(shape: ModelShape) -> tuple[int, int]:
-    """(parameters split by tensor parallelism, replicated norm parameters) of one decoder layer."""
-    return shape.layer_matrices, 2 * shape.hidden
+def layer_params(shape) -> tuple[int, int]:
+    """(parameters split by tensor parallelism, replicated parameters) of one decoder layer: the
+    column-parallel biases (q, k, v, fc1) split with their matrices; norms and the row-parallel
+    biases (o, fc2) replicated."""
+    rest = shape.layer_norms_and_biases
+    if not shape.biases:
+        return shape.layer_matrices, rest
+    column = shape.hidden + 2 * shape.kv_width + (2 if shape.mlp == "swiglu" else 1) * shape.ffn
+    return shape.layer_matrices + column, rest - column
 
 
 def rank_params(layout: TrainLayout, stage: int = 0) -> float:
     """Parameters held by one rank of pipeline ``stage`` (before any ZeRO sharding)."""
     shape, t = layout.shape, layout.tp
-    split, norms = layer_params(shape)
-    layers = shape.layers // layout.pp
-    total = layers * (split / t + norms)
+    split, replicated = layer_params(shape)
+    total = shape.layers // layout.pp * (split / t + replicated)
+    vh = shape.vocab * shape.hidden / t
     if stage == 0:
-        total += shape.vocab * shape.hidden / t  # embedding
+        total += vh  # vocabulary-parallel token embedding
+        total += shape.seq_len * shape.hidden if shape.positions == "learned" else 0
     if stage == layout.pp - 1:
-        total += shape.vocab * shape.hidden / t + shape.hidden  # lm_head, final norm
+        head = 0.0 if shape.tied and layout.pp == 1 else vh  # a tied head shares the embedding
+        total += head + shape.hidden * (2 if shape.biases else 1)  # and the final norm
     return total
-
-
-def layer_activation_parts(
-    shape: ModelShape,
-    tokens: int,
-    seq: int,
-    e: int,
-    tp: int = 1,
-    attn: str = "sdpa",
-    cuda: bool = False,
-) -> dict:
-    """Bytes autograd saves for one HF Llama decoder layer, per rank, by part (module docstring).
-
-    ``cuda``: on a GPU, fp32 ``sdpa`` runs the memory-efficient kernel, whose output is laid out
-    (b, s, a, d) in memory, so HF's ``transpose(1, 2).contiguous()`` copies nothing and the o_proj
-    input *is* the kernel output; bf16 runs flash attention, whose output is ``empty_like(q)``, laid
-    out (b, a, s, d), so the copy happens (as on the CPU)."""
-    n, h, f, a = tokens, shape.hidden, shape.ffn, shape.heads
-    if attn == "sdpa":
-        shared = cuda and e == 4
-        # output and log-sum-exp of the fused kernel
-        core = (0 if shared else e * n * h) + 4 * n * a
-    else:
-        copy = e if e != 4 else 0  # softmax(dtype=fp32).to(e-byte dtype): no copy in fp32
-        core = (4 + copy) * (tokens // seq) * a * seq * seq  # the fp32 softmax and its e-byte copy
-    return {
-        "2 RMSNorms": 2 * ((4 + 2 * e) * n * h + 4 * n),  # fp32 input, 1/rms, normalised, weighted
-        # repeat_kv expands GQA k, v first
-        "q, k, v, o_proj input": (3 * e * n * h + e * n * h) / tp,
-        "attention core": core / tp,
-        "SwiGLU MLP": 4 * e * n * f / tp,  # gate, silu(gate), up, their product
-    }
-
-
-def layer_activation_bytes(
-    shape: ModelShape,
-    tokens: int,
-    seq: int,
-    e: int,
-    tp: int = 1,
-    attn: str = "sdpa",
-    cuda: bool = False,
-) -> float:
-    """Bytes autograd saves for one HF Llama decoder layer, per rank: the sum of its parts."""
-    return sum(layer_activation_parts(shape, tokens, seq, e, tp, attn, cuda).values())
-
-
-def head_activation_bytes(shape: ModelShape, tokens: int, e: int) -> float:
-    """The final RMSNorm's saved tensors (the lm_head input among them)."""
-    return (4 + 2 * e) * tokens * shape.hidden + 4 * tokens
-
-
-def loss_bytes(layout: TrainLayout, tokens: int, e: int) -> dict:
-    """Logits and cross-entropy memory: what forward keeps, and the transient peaks of forward and
-    backward. HF's loss (no tp/pp): fp32 upcast + fp32 log-softmax. Colossal-AI's pipeline forward
-    (pp > 1): cross entropy on e-byte logits after a contiguous copy. Its tp forward: the
-    vocab-parallel cross entropy keeps the e-byte softmax of the local vocabulary shard."""
-    nv = tokens * layout.shape.vocab / layout.tp
-    if layout.pp > 1:
-        return {"kept": e * nv, "forward": 3 * e * nv, "backward": 3 * e * nv}
-    if layout.tp > 1:
-        # logits, their contiguous copy, the max-shifted copy, the fp32 softmax and its e-byte copy
-        return {"kept": e * nv, "forward": 4 * e * nv + 4 * nv, "backward": 2 * e * nv}
-    upcast = 4 * nv if e != 4 else 0
-    return {"kept": 4 * nv, "forward": e * nv + upcast + 4 * nv, "backward": 12 * nv}
 
 
 def model_states(layout: TrainLayout, stage: int = 0) -> dict:
@@ -148,7 +102,7 @@ def model_states(layout: TrainLayout, stage: int = 0) -> dict:
         # at world size 1 too (its Reducer is built whatever the world size: one H200 measured the
         # copy, results/1xNVIDIA-H200/ch07_memory.json, "DDP fp32")
         out["buckets"] = w * psi
-    elif plugin == "hybrid":  # HybridParallelAMPOptimizer (MixedPrecisionOptimizer), ZeRO 0 here
+    elif plugin == "hybrid" and layout.zero_stage == 0:  # HybridParallelAMPOptimizer
         if mixed:
             out["master"] = 4 * psi  # p.detach().float()
             out["step"] = 4 * psi  # p.grad = working.grad.float(); working.grad = None, one by one
@@ -158,7 +112,9 @@ def model_states(layout: TrainLayout, stage: int = 0) -> dict:
         # (gradient_as_bucket_view=False)
         if layout.pp == 1:
             out["buckets"] = w * psi
-    elif plugin == "zero":  # LowLevelZeroOptimizer
+    elif plugin in ("zero", "hybrid"):  # LowLevelZeroOptimizer (HybridZeroOptimizer with tp/pp)
+        if plugin == "hybrid" and layout.pp == 1 and n == 1:  # use_ddp's (dp == 1 and pp == 1)
+            out["buckets"] = w * psi
         shard = 1.0 / n
         out["master"] = 4 * psi * shard  # master_weights=True: a cloned fp32 shard, in fp32 too
         out["optimizer"] = 8 * psi * shard
@@ -199,12 +155,18 @@ def model_states(layout: TrainLayout, stage: int = 0) -> dict:
     return out
 
 
-def predict(layout: TrainLayout, rank: int = 0) -> dict:
-    """Predicted per-rank bytes: components, the four phases and ``peak`` (their maximum)."""
+def predict(layout: TrainLayout, rank: int = 0, states_of=model_states) -> dict:
+    """Predicted per-rank bytes: components, the four phases and ``peak`` (their maximum).
+
+    ``states_of(layout, stage)`` gives the model states (default :func:`model_states`, the
+    Colossal-AI plugins; :func:`helpers.cost.memory_plan.megatron_states` for Megatron-LM's
+    distributed optimizer)."""
     shape, e = layout.shape, BYTES[layout.precision]
-    stage = (rank // layout.tp) % layout.pp  # mesh order (dp, pp, tp): tp fastest
-    tokens = layout.micro_batch * layout.seq
-    states = model_states(layout, stage)
+    sp_mode = getattr(layout, "sp_mode", None)  # a PlanLayout (helpers.cost.memory_plan)
+    own = getattr(layout, "sp", 1) if sp_mode == "all_to_all" else 1  # an own sequence axis
+    stage = (rank // (layout.tp * own)) % layout.pp  # mesh order (dp, pp, tp, sp): sp fastest
+    tokens = layout.micro_batch * layout.seq / own
+    states = states_of(layout, stage)
     persistent = (
         states["weights"]
         + states["master"]
@@ -215,7 +177,7 @@ def predict(layout: TrainLayout, rank: int = 0) -> dict:
     layers = shape.layers // layout.pp
     in_flight = min(layout.microbatches, layout.pp) - stage if layout.pp > 1 else 1
     per_layer = layer_activation_bytes(
-        shape, tokens, layout.seq, e, layout.tp, layout.attn, cuda=True
+        shape, tokens, layout.seq, e, layout.tp, layout.attn, cuda=True, sp_mode=sp_mode
     )
     kept_per_layer = e * tokens * shape.hidden if layout.recompute else per_layer
     activations = in_flight * layers * kept_per_layer

@@ -3,8 +3,10 @@
 Used by Chapter 3 (strategy): :mod:`helpers.cost.planner` ranks every layout by it, and the
 chapter's two-GPU runs check it (``helpers/record/ch03.py``). Each term has its source:
 
-* memory per GPU: :func:`helpers.cost.memory.estimate` (ZeRO §3, Korthikanti Table 2, 1F1B in
-  flight) plus a fixed overhead (``Hardware.overhead_gib``);
+* memory per GPU: Chapter 7's memory model through :func:`helpers.cost.memory_plan.peak` (what
+  ``HybridParallelPlugin`` and the model allocate on the busiest rank, logits and loss included,
+  1F1B in flight) plus what the allocator never sees (``Hardware.overhead_gib``, the largest
+  Chapter 7 measured);
 * compute: (6Ψ + 12·L·h·s) FLOPs per token, ×4/3 with full recomputation (one more
   forward pass; PaLM, Chowdhery et al. 2022, appendix B), at an
   *assumed* MFU of the peak: the same efficiency for every layout, a stated simplification;
@@ -33,7 +35,7 @@ from helpers.cost.comm import (
     tp_layer_ops,
     ulysses_layer_ops,
 )
-from helpers.cost.memory import GIB, estimate
+from helpers.cost.memory_plan import GIB, OUTSIDE_ALLOCATOR_GIB, peak
 from helpers.parallel.layouts import Layout
 from helpers.parallel.pp import bubble_fraction
 
@@ -51,9 +53,8 @@ class Hardware:
     )
     intra: Link = NOMINAL_LINKS["nvlink4"]
     inter: Link = NOMINAL_LINKS["ib_ndr"]
-    # CUDA context, NCCL buffers, allocator slack (Chapter 7's "outside allocator" column:
-    # 0.5-2 GiB)
-    overhead_gib: float = 2.0
+    # CUDA context, NCCL buffers, kernels: outside max_memory_allocated (Chapter 7's records)
+    overhead_gib: float = OUTSIDE_ALLOCATOR_GIB
     flash: bool = True  # flash attention: no s×s scores stored
 
 
@@ -104,15 +105,7 @@ def plan_layout(
     L, s, h = layout, model.seq_len, model.hidden
     m = global_batch // (L.dp * L.microbatch)
     a2a = L.sp if L.sp_mode == "all_to_all" else 1
-    mem = estimate(
-        model.params,
-        L,
-        shape=model,
-        microbatches=m,
-        recompute=recompute,
-        flash=hw.flash,
-        overhead_bytes=hw.overhead_gib * GIB,
-    )
+    mem = peak(model, L, global_batch, recompute, hw.flash, hw.overhead_gib)
     G = L.world_size
     flops = (6 * model.params + 12 * model.layers * h * s) * (4 / 3 if recompute else 1)
     compute = flops * global_batch * s / G / (hw.peak_flops * hw.mfu)
@@ -164,7 +157,7 @@ def plan_layout(
         L,
         m,
         recompute,
-        mem.total / GIB,
+        mem["total"] / GIB,
         compute,
         m * tp_mb,
         m * sp_mb,
