@@ -12,7 +12,6 @@ helpers.config.legacy).
 
 from __future__ import annotations
 
-import copy
 import inspect
 import re
 import subprocess
@@ -20,6 +19,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from config_edits import DEL, edited
 import yaml
 
 from helpers.config.dry_run import scaled_down, side_by_side
@@ -39,24 +39,11 @@ BASE = {  # valid: 2 × 2 × 2 = 8 processes
     "train": {"batch_size": 16, "learning_rate": 3e-4, "precision": "bf16", "save_interval": 10},
     "model": {"layers": 4, "hidden": 256, "heads": 8, "kv_heads": 4, "seq_len": 256},
 }
-DEL = object()
 
 
 def cfg(**sections) -> dict:
-    """BASE with changes: cfg(parallelism={"tensor": 3}); DEL removes a key, a non-dict replaces
-    a section."""
-    out = copy.deepcopy(BASE)
-    for section, changes in sections.items():
-        if not isinstance(changes, dict):
-            out[section] = changes
-            continue
-        out.setdefault(section, {})
-        for key, value in changes.items():
-            if value is DEL:
-                out[section].pop(key, None)
-            else:
-                out[section][key] = value
-    return out
+    """BASE with changes (:func:`config_edits.edited`)."""
+    return edited(BASE, **sections)
 
 
 # -- valid input ---------------------------------------------------------------------------------

@@ -12,11 +12,11 @@
 
 from __future__ import annotations
 
-import copy
 import itertools
 import math
 
 import pytest
+from config_edits import DEL, edited
 
 from helpers.config.errors import ConfigError
 from helpers.config.layout_rules import LAYOUT_RULES, layout_case
@@ -32,23 +32,11 @@ GOOD = {  # valid: data 2 × tensor 2 × pipeline 2 = 8 processes, ZeRO-1, bf16
     "train": {"batch_size": 16, "learning_rate": 1e-3, "precision": "bf16"},
     "model": {"layers": 4, "hidden": 256, "heads": 8, "kv_heads": 4, "seq_len": 256},
 }
-DEL = object()
 
 
 def edit(**sections) -> dict:
-    """GOOD with changes; DEL removes a key, a non-dict value replaces the whole section."""
-    out = copy.deepcopy(GOOD)
-    for section, changes in sections.items():
-        if not isinstance(changes, dict):
-            out[section] = changes
-            continue
-        out.setdefault(section, {})
-        for key, value in changes.items():
-            if value is DEL:
-                out[section].pop(key, None)
-            else:
-                out[section][key] = value
-    return out
+    """GOOD with changes (:func:`config_edits.edited`)."""
+    return edited(GOOD, **sections)
 
 
 def rejection(config, world=None) -> ConfigError:

@@ -102,7 +102,7 @@ def torchrun_3d() -> dict:
     groups, and its losses and gradients against the unsplit model."""
     from helpers.run.env import results_of
     from helpers.run.hosts import Hosts
-    from helpers.run.multinode import launch_nodes, node_command
+    from helpers.run.multinode import launch_nodes, node_command, reader_line
 
     with Hosts(2) as hosts:
         job = launch_nodes("ch02_3d", hosts, 4, ["--pp", "2", "--tp", "2"], timeout_s=300)
@@ -112,7 +112,7 @@ def torchrun_3d() -> dict:
                for r in results_of(out.splitlines())}  # fmt: skip
     return {
         "hosts_banner": banner,
-        "commands": [reader_line(c) for c in lines],
+        "commands": [reader_line(c, "job1") for c in lines],
         "seconds": job.seconds,
         "ranks": [
             {
@@ -125,15 +125,6 @@ def torchrun_3d() -> dict:
             for r in job.results
         ],
     }
-
-
-def reader_line(cmd: list[str]) -> str:
-    """An agent's command as a reader types it on a node: ``torchrun ...`` for ``python -m
-    torch.distributed.run ...``, with the job's rendezvous id (this process's) as ``job1``."""
-    words = ["torchrun", *cmd[cmd.index("torch.distributed.run") + 1 :]]
-    if "--rdzv_id" in words:
-        words[words.index("--rdzv_id") + 1] = "job1"
-    return " ".join(words)
 
 
 # --- what the notebook shows -------------------------------------------------------------------

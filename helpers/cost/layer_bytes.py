@@ -84,18 +84,10 @@ def layer_activation_parts(
     return parts
 
 
-def layer_activation_bytes(
-    shape: ModelShape,
-    tokens: float,
-    seq: int,
-    e: int,
-    tp: int = 1,
-    attn: str = "sdpa",
-    cuda: bool = False,
-    sp_mode: str | None = None,
-) -> float:
-    """Bytes autograd saves for one decoder layer, per rank: the sum of its parts."""
-    return sum(layer_activation_parts(shape, tokens, seq, e, tp, attn, cuda, sp_mode).values())
+def layer_activation_bytes(shape: ModelShape, tokens: float, seq: int, e: int, **options) -> float:
+    """Bytes autograd saves for one decoder layer, per rank: the sum of its parts
+    (:func:`layer_activation_parts`, whose keywords ``options`` are)."""
+    return sum(layer_activation_parts(shape, tokens, seq, e, **options).values())
 
 
 def head_activation_bytes(shape: ModelShape, tokens: float, e: int) -> float:

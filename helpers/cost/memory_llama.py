@@ -177,7 +177,7 @@ def predict(layout: TrainLayout, rank: int = 0, states_of=model_states) -> dict:
     layers = shape.layers // layout.pp
     in_flight = min(layout.microbatches, layout.pp) - stage if layout.pp > 1 else 1
     per_layer = layer_activation_bytes(
-        shape, tokens, layout.seq, e, layout.tp, layout.attn, cuda=True, sp_mode=sp_mode
+        shape, tokens, layout.seq, e, tp=layout.tp, attn=layout.attn, cuda=True, sp_mode=sp_mode
     )
     kept_per_layer = e * tokens * shape.hidden if layout.recompute else per_layer
     activations = in_flight * layers * kept_per_layer

@@ -34,6 +34,7 @@ import torch
 from helpers.models.llama import build_llama, llama_config, token_batch
 from helpers.run import cli
 from helpers.run.env import distributed, emit, say
+from helpers.train.reference import train_reference
 
 RECORDED = dict(layers=4, hidden=256, heads=8, vocab=128)  # helpers/demos/ch01_hybrid.py
 SMALL = dict(layers=2, hidden=64, heads=4, vocab=128)
@@ -88,18 +89,6 @@ def first_layer_view(model, batch: dict) -> dict:
     )
 
 
-def train(model, batches, lr: float) -> list[float]:
-    opt = torch.optim.AdamW(model.parameters(), lr=lr)
-    losses = []
-    for batch in batches:
-        loss = model(**batch).loss
-        loss.backward()
-        opt.step()
-        opt.zero_grad()
-        losses.append(loss.item())
-    return losses
-
-
 def evaluate(model, batch: dict) -> dict:
     """Loss on ``batch`` with the model's own mask and with a causal one (the eager mask)."""
     with torch.no_grad():
@@ -132,13 +121,13 @@ def main() -> None:
         for attn, model in recorded.items():
             emit(part="mask", attn=attn, seq=256, **first_layer_view(model, batches[0]))
         for attn, model in recorded.items():
-            losses = train(copy.deepcopy(model), batches, 1e-3)
+            losses = train_reference(copy.deepcopy(model), batches, 1e-3)
             emit(part="replay", attn=attn, losses=losses)
         small = models(SMALL, dev)
         batches = [to(token_batch(k, 8, 64, SMALL["vocab"])) for k in range(args.small_steps)]
         test = to(token_batch(10_000, 8, 64, SMALL["vocab"]))
         for attn, model in small.items():
-            losses = train(model, batches, 3e-3)
+            losses = train_reference(model, batches, 3e-3)
             emit(part="small", attn=attn, losses=losses, **evaluate(model, test))
 
 

@@ -99,7 +99,30 @@ def remove_stale() -> list[str]:
     return gone
 
 
-class Hosts:
+class Started:
+    """A context manager over ``_start()`` and ``close()``: what a half-finished ``_start`` made
+    is removed too (the hosts here, the daemons of :mod:`helpers.run.ssh` and
+    :mod:`helpers.run.slurm`)."""
+
+    def _start(self) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self):
+        try:
+            self._start()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class Hosts(Started):
     """``n`` hosts on this machine (a context manager); ``namespaces=False`` forces the loopback
     fallback."""
 
@@ -131,22 +154,14 @@ class Hosts:
         )
 
     # -- making and removing ----------------------------------------------------------------
-    def __enter__(self) -> Hosts:
+    def _start(self) -> None:
         for sig in (signal.SIGINT, signal.SIGTERM):
             try:
                 self._old_handlers[sig] = signal.signal(sig, self._on_signal)
             except ValueError:  # not the main thread: the with block's exit still cleans up
                 pass
         if self.mode == "namespaces":
-            try:
-                self._make()
-            except BaseException:
-                self.close()
-                raise
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
+            self._make()
 
     def _on_signal(self, signum, frame) -> None:
         self.close()

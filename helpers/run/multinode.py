@@ -12,6 +12,7 @@ ranks run"), and inside namespaces gloo is pointed at each host's one interface.
 from __future__ import annotations
 
 import os
+import shlex
 import re
 import subprocess
 import sys
@@ -142,6 +143,15 @@ def start_node(
                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                        start_new_session=True)  # fmt: skip
     return Node(k, proc, command)
+
+
+def reader_line(cmd: list[str], job_id: str | None = None) -> str:
+    """An agent's command as a reader types it on a node: ``torchrun ...`` for ``python -m
+    torch.distributed.run ...``; ``job_id`` stands for the run's own rendezvous id."""
+    words = ["torchrun", *map(str, cmd[cmd.index("torch.distributed.run") + 1 :])]
+    if job_id is not None and "--rdzv_id" in words:
+        words[words.index("--rdzv_id") + 1] = job_id
+    return shlex.join(words)
 
 
 def launch_nodes(

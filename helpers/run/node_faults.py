@@ -24,7 +24,7 @@ from pathlib import Path
 from helpers.run.env import results_of
 from helpers.run.hosts import Hosts
 from helpers.run.launch import REPO_ROOT
-from helpers.run.multinode import Node, default_port, start_node
+from helpers.run.multinode import Node, default_port, reader_line, start_node
 from helpers.train.diagnose import diagnose
 
 DEMO = "ch08_nodes"
@@ -37,12 +37,6 @@ KEY = re.compile(
     r"restart worker group|Rendezvous complete|resumed from|failed \(exitcode|"
     r"RendezvousConnectionError|RendezvousTimeoutError|recvValue failed|sendBytes failed"
 )
-
-
-def _torchrun(command: list[str]) -> str:
-    """An agent's command as a reader types it: ``torchrun ...`` for ``python -m torch...run``."""
-    at = command.index("torch.distributed.run")
-    return shlex.join(["torchrun", *command[at + 1 :]])
 
 
 def key_lines(log: str, limit: int = 14) -> list[str]:
@@ -120,7 +114,7 @@ def lost_node(steps: int = 60, at_step: int = 4, timeout_s: float = 5.0, bound_s
         log = nodes[0].output  # the dead host printed nothing more: host 0's log is the evidence
         return {
             "banner": hosts.banner(),
-            "commands": [_torchrun(n.command) for n in nodes],
+            "commands": [reader_line(n.command) for n in nodes],
             "at_step": at_step,
             "killed_processes": killed,
             "seconds_to_end": seconds,
@@ -152,7 +146,7 @@ def link_down(steps: int = 60, at_step: int = 4, timeout_s: float = 3.0, bound_s
         logs = [n.output for n in nodes]
         return {
             "banner": hosts.banner(),
-            "commands": [_torchrun(n.command) for n in nodes],
+            "commands": [reader_line(n.command) for n in nodes],
             "at_step": at_step,
             "timeout_s": timeout_s,
             "host0_seconds_to_end": host0_s,
@@ -173,7 +167,7 @@ def _cmdline(pid: int) -> str:
     except OSError:
         return ""
     words = [w.decode() for w in raw if w]
-    return _torchrun(words) if "torch.distributed.run" in words else shlex.join(words)[:120]
+    return reader_line(words) if "torch.distributed.run" in words else shlex.join(words)[:120]
 
 
 def reference_hash(steps: int, world: int = 2 * NPROC) -> str:
@@ -231,8 +225,8 @@ def elastic_restart(steps: int = 16, at_step: int = 7, save_every: int = 2,
             results = results_of(lines)
             return {
                 "banner": hosts.banner(),
-                "commands": [_torchrun(n.command) for n in nodes],
-                "host1_back_command": _torchrun(back.command),
+                "commands": [reader_line(n.command) for n in nodes],
+                "host1_back_command": reader_line(back.command),
                 "at_step": at_step,
                 "checkpoints_at_kill": saved,
                 "workers_failed_s": round(survivor.times[seen] - struck, 2),

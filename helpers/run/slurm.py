@@ -24,7 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from helpers.run.hosts import Hosts
+from helpers.run.hosts import Hosts, Started
 from helpers.run.launch import REPO_ROOT
 
 PROGRAMS = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "sinfo", "scontrol", "sacct")
@@ -101,7 +101,7 @@ class SlurmError(RuntimeError):
     own last log lines."""
 
 
-class SlurmCluster:
+class SlurmCluster(Started):
     """munged, slurmctld on host0 and one slurmd per host, for the life of a ``with`` block."""
 
     def __init__(self, hosts: Hosts, cpus: int | None = None, start_timeout_s: float = 30.0):
@@ -117,17 +117,6 @@ class SlurmCluster:
         self.seconds_to_idle: float | None = None
 
     # -- starting and stopping ----------------------------------------------------------------
-    def __enter__(self) -> SlurmCluster:
-        try:
-            self._start()
-        except BaseException:
-            self.close()
-            raise
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
     def _start(self) -> None:
         start = time.monotonic()
         self.folder = Path(tempfile.mkdtemp(prefix="book-slurm-"))

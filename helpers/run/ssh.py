@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 from helpers.run.env import placement_env, results_of
-from helpers.run.hosts import NETNS_ETC, Hosts, namespaces_possible
+from helpers.run.hosts import NETNS_ETC, Hosts, Started, namespaces_possible
 from helpers.run.launch import REPO_ROOT
 
 SSHD = "/usr/sbin/sshd"
@@ -47,24 +47,13 @@ def _keygen(path: Path, comment: str) -> str:
     return path.with_suffix(".pub").read_text().strip()
 
 
-class SshHosts:
+class SshHosts(Started):
     """An SSH daemon on every host of ``hosts`` and a client ``HOME`` that reaches them all."""
 
     def __init__(self, hosts: Hosts):
         if hosts.mode != "namespaces":
             raise RuntimeError(f"SSH between hosts needs them in namespaces ({hosts.why_loopback})")
         self.hosts, self.dir, self.daemons = hosts, None, []
-
-    def __enter__(self) -> SshHosts:
-        try:
-            self._start()
-        except BaseException:
-            self.close()
-            raise
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
     def _start(self) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="book-ssh-"))
