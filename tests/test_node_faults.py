@@ -4,8 +4,7 @@ down, an elastic restart brings the host back and ends with the uninterrupted ru
 import pytest
 
 from helpers.run import hosts as hosts_mod
-from helpers.run import node_faults
-from helpers.run.shared import once
+from helpers.chapters import ch05_multinode
 
 WHY_NOT = hosts_mod.namespaces_possible()
 needs_namespaces = pytest.mark.skipif(WHY_NOT is not None, reason=f"no namespaces: {WHY_NOT}")
@@ -13,7 +12,7 @@ needs_namespaces = pytest.mark.skipif(WHY_NOT is not None, reason=f"no namespace
 
 @needs_namespaces
 def test_a_host_that_dies_ends_the_job_and_is_named_by_the_survivors_log():
-    r = once("node_faults.lost_node", node_faults.lost_node)
+    r = ch05_multinode.result("lost_node")
     assert r["seconds_to_end"] is not None and r["seconds_to_end"] < r["bound_s"], r
     assert r["left"] == [[], []] and r["exit_codes"][0] != 0
     assert r["diagnosis"]["kind"] == "lost_node"
@@ -22,7 +21,7 @@ def test_a_host_that_dies_ends_the_job_and_is_named_by_the_survivors_log():
 
 @needs_namespaces
 def test_a_link_down_times_out_across_nodes_and_everything_ends():
-    r = once("node_faults.link_down", node_faults.link_down)
+    r = ch05_multinode.result("link_down")
     assert r["host0_seconds_to_end"] is not None and r["host0_seconds_to_end"] < r["bound_s"], r
     assert r["host0_seconds_to_end"] >= r["timeout_s"]  # the collective timeout ended it
     assert r["host1_seconds_after_replug"] is not None, r
@@ -33,7 +32,7 @@ def test_a_link_down_times_out_across_nodes_and_everything_ends():
 
 @needs_namespaces
 def test_an_elastic_restart_resumes_and_ends_with_the_uninterrupted_weights():
-    r = once("node_faults.elastic_restart", node_faults.elastic_restart)
+    r = ch05_multinode.result("elastic_restart")
     assert r["exit_codes"] == [0, 0] and r["left"] == [[], []], r
     assert r["result"]["restart_count"] == 1 and 0 < r["result"]["resumed_from"] <= r["at_step"]
     assert r["result"]["weights_sha256"] == r["reference_sha256"]  # bit for bit, on the CPU

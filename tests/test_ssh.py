@@ -7,17 +7,16 @@ import pytest
 
 from helpers.run import ssh
 from helpers.run.hosts import Hosts
-from helpers.run.shared import once
+from helpers.chapters import ch05_multinode
 
 WHY_NOT = ssh.ssh_missing()
 needs_sshd = pytest.mark.skipif(WHY_NOT is not None, reason=f"no sshd between hosts: {WHY_NOT}")
-RUNS = ("works", "loopback_hang", "loopback_fix")  # run at once: the hang waits while others work
 COMMAND = "colossalai run --hostfile hostfile --nproc_per_node 2 -m helpers.demos.ch05_hostfile"
 
 
 @pytest.fixture(scope="module")
 def runs():
-    return once("ch05 colossalai run --hostfile", lambda: ssh.scenarios(RUNS), *RUNS)
+    return ch05_multinode.result("hostfile")["scenarios"]  # the runs Chapter 5's notebook shows
 
 
 def _torchrun(node: int, master: str = "host0") -> str:

@@ -37,6 +37,26 @@ RUNS: dict[str, tuple[str, tuple[str, ...], str]] = {
         ("munged", "slurmctld", "slurmd", "sbatch", "sacct"),
         "a two-node SLURM cluster: the book's job script, launch_from_slurm and torchrun",
     ),
+    "hostfile": (
+        "helpers.run.ssh:book_scenarios",
+        ("sshd", "ssh-keygen"),
+        "colossalai run --hostfile over SSH: works, hangs on Debian's 127.0.1.1 line, fixed",
+    ),
+    "lost_node": (
+        "helpers.run.node_faults:lost_node",
+        (),
+        "host 1 dies mid-run (Chapter 8): how long until every rank ends, what diagnose says",
+    ),
+    "link_down": (
+        "helpers.run.node_faults:link_down",
+        (),
+        "host 1's link goes down mid-run (Chapter 8): the collective timeout across nodes",
+    ),
+    "elastic_restart": (
+        "helpers.run.node_faults:elastic_restart",
+        (),
+        "--max_restarts 1: host 1 dies and comes back, the job resumes from its checkpoint",
+    ),
 }
 
 

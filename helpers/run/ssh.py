@@ -285,5 +285,13 @@ def scenarios(names=tuple(SCENARIOS), timeout_s: float = 300.0) -> dict[str, dic
     return out
 
 
+BOOK = ("works", "loopback_hang", "loopback_fix")  # Chapter 5's three: the hang and its fix
+
+
+def book_scenarios() -> dict:
+    """Chapter 5's hostfile runs (:data:`BOOK`), for ``helpers.chapters.ch05_multinode``."""
+    return {"scenarios": scenarios(BOOK)}
+
+
 if __name__ == "__main__":  # python -m helpers.run.ssh NAME: one scenario, as one JSON line
     print("SCENARIO " + json.dumps(scenario(sys.argv[1])), flush=True)
