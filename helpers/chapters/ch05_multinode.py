@@ -180,3 +180,48 @@ def mesh_order_rows(run: dict) -> list[dict]:
             }
         )
     return rows
+
+
+def hostfile_rows(run: dict) -> list[dict]:
+    """Chapter 5's three hostfile runs: what was different, how each ended, and the evidence."""
+    rows = []
+    for name, s in run["scenarios"].items():
+        ok = s["returncode"] == 0 and not s["timed_out"]
+        rows.append(
+            {
+                "run": name,
+                "Debian 127.0.1.1 line": s["debian_etc_hosts"],
+                "env": " ".join(f"{k}={v}" for k, v in s["env"].items()) or "-",
+                "ranks per host": s["ranks"],
+                "outcome": "all-reduce 0+1+2+3 = 6 on every rank" if ok else s["cause"],
+                "s": round(s["seconds"]),
+            }
+        )
+    return rows
+
+
+def gloo_evidence(run: dict, name: str = "loopback_hang") -> list[str]:
+    """The lines of a failed hostfile run that say why: what the hosts resolve and gloo's
+    error."""
+    s = run["scenarios"][name]
+    return [e for e in s["evidence"] if "resolves" in e or "connectFullMesh" in e][:4]
+
+
+def fault_rows(runs: dict[str, dict]) -> list[dict]:
+    """Chapter 8's node faults side by side: what was done, when everything ended (bound), what
+    ``diagnose`` said."""
+    rows = []
+    for name, r in runs.items():
+        diagnosis = r.get("diagnosis")
+        first = diagnosis[0] if isinstance(diagnosis, list) else diagnosis
+        rows.append(
+            {
+                "fault": name,
+                "all ended within bound": r["seconds_to_end"] is not None
+                and r["seconds_to_end"] < r["bound_s"],
+                "bound s": r["bound_s"],
+                "processes left": sum(len(p) for p in r["left"]),
+                "diagnosis": first["kind"] if first else "-",
+            }
+        )
+    return rows

@@ -1,7 +1,7 @@
 """Chapter 5's and Chapter 8's multi-node runs on one machine, recorded for readers whose machine
 cannot make hosts (no root, no network namespaces): results/cpu/multinode.json.
 
-    sudo python -m helpers.record multinode --record            # every run, about two minutes
+    sudo python -m helpers.record multinode --record            # every run, about three minutes
     sudo python -m helpers.record multinode --record --only slurm
 
 Each run is :func:`helpers.chapters.ch05_multinode.compute` of one name in
