@@ -104,3 +104,22 @@ def test_a_scenario_is_computed_once_per_name_and_material(run_folder, monkeypat
     assert _outcomes(run_folder) == ["ran", "reused", "ran", "ran"]
     monkeypatch.delenv(shared.ENV)
     assert shared.once("scenario", compute, 2) == {"n": 4}  # sharing off: always runs
+
+
+def test_a_caller_asking_while_the_run_is_made_waits_for_it(run_folder):
+    import threading
+    import time
+
+    calls, got = [], []
+
+    def compute():
+        calls.append(1)
+        time.sleep(0.5)
+        return {"n": len(calls)}
+
+    first = threading.Thread(target=lambda: got.append(shared.once("slow", compute)))
+    first.start()
+    time.sleep(0.1)  # the first caller is computing
+    got.append(shared.once("slow", compute))
+    first.join()
+    assert got == [{"n": 1}, {"n": 1}] and calls == [1]

@@ -25,6 +25,7 @@ Every launch appends one line to ``log.jsonl`` in the folder; :func:`summary` re
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -206,16 +207,20 @@ def once(name: str, compute, *material) -> dict:
     deciding = {n: v for n, v in os.environ.items() if n.startswith(_DECIDING) and n != ENV}
     blob = json.dumps([name, list(material), deciding], sort_keys=True, default=str)
     path = folder() / f"once-{hashlib.sha256(blob.encode()).hexdigest()[:24]}.json"
-    if path.is_file():
-        stored = json.loads(path.read_text())
-        log(name, 0, stored["seconds"], "reused", [str(m) for m in material])
-        return stored["result"]
-    start = time.monotonic()
-    result = compute()
-    seconds = time.monotonic() - start
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps({"seconds": seconds, "result": result}))
-    tmp.replace(path)
+    # a caller that asks while another computes the same run waits for it (pytest-xdist runs a
+    # test file and a notebook that show the same run at the same time)
+    with open(path.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if path.is_file():
+            stored = json.loads(path.read_text())
+            log(name, 0, stored["seconds"], "reused", [str(m) for m in material])
+            return stored["result"]
+        start = time.monotonic()
+        result = compute()
+        seconds = time.monotonic() - start
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({"seconds": seconds, "result": result}))
+        tmp.replace(path)
     log(name, 0, seconds, "ran", [str(m) for m in material])
     return result
 
