@@ -140,7 +140,7 @@ def test_sp():
         (
             "ch01_dp",
             ["--batch", "7"],
-            "global batch B=7 must be divisible by the data-parallel size P=2",
+            "global batch B=7 must be divisible by the data-parallel size D=2",
         ),
         (
             "ch01_tp",

@@ -29,6 +29,14 @@ CHECKED = {
     "02_combining": ["02_combining"],
     "09_quick_demos": ["09_quick_demos"],
     "glossary": [],
+    "03_strategy": ["03_strategy"],
+    "04_config": ["04_config"],
+    "06_frameworks": ["06_frameworks"],
+    "07_memory": ["07_memory"],
+    "10_pitfalls": ["10_pitfalls"],
+    "11_interview": ["11_interview"],
+    "05_launch": ["05_launch"],
+    "08_troubleshooting": ["08_troubleshooting"],
 }
 # A global symbol that is also a local one, on purpose (the row on the notation page says why).
 DECLARED_OVERLAPS = {"B"}
@@ -37,9 +45,10 @@ LATEX = set(
     "frac tfrac dfrac cdot times div sum prod left right big bigl bigr Big Bigl Bigr qquad quad "
     "approx le leq ge geq neq in notin dots ldots cdots lceil rceil lfloor rfloor nabla partial "
     "longrightarrow rightarrow to xrightarrow underbrace overbrace top infty sqrt max min log ln "
-    "exp mid lvert rvert vert".split()
+    "exp mid lvert rvert vert begin end".split()
 )
-WRAPPERS = r"\\(?:text|mathrm|texttt|operatorname|textrm|textit|mathit)\s*\{[^{}]*\}"
+# \begin{cases} and \end{cases}: the environment's name is no symbol either
+WRAPPERS = r"\\(?:text|mathrm|texttt|operatorname|textrm|textit|mathit|begin|end)\s*\{[^{}]*\}"
 BASE = r"\\mathcal\s*\{[A-Za-z]\}|\\[A-Za-z]+|[A-Za-z]"
 SUB = r"_\s*(\{(?:[^{}]|\{[^{}]*\})*\}|\\[A-Za-z]+\s*\{[^{}]*\}|\\[A-Za-z]+|[A-Za-z0-9])"
 
@@ -169,6 +178,9 @@ def test_the_tokenizer():
         "\\Psi_mm",
         "n_exp",
     }
+    assert symbols(
+        r"S' = \begin{cases} S & \texttt{ring\_attn} \\ 1 & \text{else} \end{cases}"
+    ) == {"S"}
     spans = math_spans("a $x$ and `$y$` and\n```python\n$z$\n```\n$$\nG = D\n$$")
     assert [s.strip() for _, s in spans] == ["x", "G = D"]
 

@@ -1,11 +1,12 @@
 """Data parallelism from scratch: one model on every rank, a shard of the batch each, mean grads.
 
 Chapter 1, "the four ways to split the work", way 1. Every rank builds the same model from the same
-seed and takes its own B/P samples of the global batch of B. Because the loss is a mean over
-samples, the full-batch gradient is the average of the P shard gradients, so one all-reduce(SUM)
-divided by P (the operation PyTorch DDP, Li et al. 2020, "PyTorch Distributed: Experiences on
-Accelerating Data Parallel Training", overlaps with the backward pass in buckets) gives every rank
-the full-batch gradient, and identical SGD steps keep the replicas identical.
+seed and takes its own B/D samples of the global batch of B, D being the data-parallel degree.
+Because the loss is a mean over samples, the full-batch gradient is the average of the D shard
+gradients, so one all-reduce(SUM) divided by D (the operation PyTorch DDP, Li et al. 2020, "PyTorch
+Distributed: Experiences on Accelerating Data Parallel Training", overlaps with the backward pass
+in buckets) gives every rank the full-batch gradient, and identical SGD steps keep the replicas
+identical.
 
 The demo checks all of this against a single-process reference computed inside every rank: the
 same model on the whole batch, one backward, one SGD step.
@@ -35,27 +36,27 @@ def main() -> None:
     strict_fp32()
 
     with distributed() as env:
-        P, B = env.world_size, args.batch
-        if B % P:
+        D, B = env.world_size, args.batch  # every rank is a replica: D = G
+        if B % D:
             raise ValueError(
-                f"global batch B={B} must be divisible by the data-parallel size P={P}"
+                f"global batch B={B} must be divisible by the data-parallel size D={D}"
             )
-        b = B // P
+        b = B // D
         x = randn(B, args.hidden, seed=args.seed + 1, device=env.device)  # (B, h): the global batch
         y = randn(B, 1, seed=args.seed + 2, device=env.device)  # (B, 1)
 
         # --- data parallel: my shard, my gradient, then the average over ranks
         model = tiny_mlp(args.hidden, args.seed, env.device)
         mine = slice(env.rank * b, (env.rank + 1) * b)
-        x_local, y_local = x[mine], y[mine]  # (B/P, h), (B/P, 1)
-        loss_local = nn.functional.mse_loss(model(x_local), y_local)  # mean over my B/P samples
+        x_local, y_local = x[mine], y[mine]  # (B/D, h), (B/D, 1)
+        loss_local = nn.functional.mse_loss(model(x_local), y_local)  # mean over my B/D samples
         loss_local.backward()
         for p in model.parameters():
             dist.all_reduce(p.grad, op=dist.ReduceOp.SUM)
-            p.grad /= P  # mean of P shard means = mean over all B samples
+            p.grad /= D  # mean of D shard means = mean over all B samples
         loss = loss_local.detach().clone()
         dist.all_reduce(loss, op=dist.ReduceOp.SUM)
-        loss /= P
+        loss /= D
         grads = [p.grad.clone() for p in model.parameters()]
         with torch.no_grad():
             for p in model.parameters():
@@ -86,20 +87,20 @@ def main() -> None:
 
         if env.rank == 0:
             say(
-                f"data parallel on {P} ranks ({env.backend}): "
+                f"data parallel on {D} ranks ({env.backend}): "
                 f"global batch {B} -> {b} samples per rank"
             )
-            for r in range(P):
-                say(f"  rank {r}: samples {r * b}..{(r + 1) * b - 1}")
-            say(f"full-batch loss {sig(loss.item())} = mean of the {P} per-rank losses")
-            say(f"max |all-reduced grad / P - full-batch grad| = {grad_diff:.2e}")
+            for r_d in range(D):
+                say(f"  rank {r_d}: samples {r_d * b}..{(r_d + 1) * b - 1}")
+            say(f"full-batch loss {sig(loss.item())} = mean of the {D} per-rank losses")
+            say(f"max |all-reduced grad / D - full-batch grad| = {grad_diff:.2e}")
             say(
                 f"max |param - reference param| after one SGD step (lr {args.lr}) "
                 f"= {param_diff:.2e}"
             )
             say("OK: data parallel matches the single-process reference")
         emit(
-            world_size=P,
+            world_size=D,
             global_batch=B,
             local_batch=b,
             samples=[mine.start, mine.stop],

@@ -1,13 +1,14 @@
 """ZeRO stage 1 from scratch: full weights and gradients on every rank, Adam's m and v sharded.
 
 Chapter 7, memory. ZeRO-1 (Rajbhandari et al. 2020, §5.1, "P_os") is data parallelism whose
-optimizer states are split over the N data-parallel ranks. The Ψ parameters live in one flat fp32
-buffer padded to a multiple of N; rank r owns the slice of s = ceil(Ψ/N) elements starting at r·s.
+optimizer states are split over the D data-parallel ranks. The Ψ parameters live in one flat fp32
+buffer padded to a multiple of D; rank r_D owns the slice of ceil(Ψ/D) elements starting at
+r_D·ceil(Ψ/D).
 Each step every rank
 
-1. computes the gradient of its B/N samples into a flat gradient buffer (the model's ``.grad`` are
+1. computes the gradient of its B/D samples into a flat gradient buffer (the model's ``.grad`` are
    views of it),
-2. reduce-scatters that buffer (``dist.reduce_scatter_tensor``, SUM, then / N): it receives the
+2. reduce-scatters that buffer (``dist.reduce_scatter_tensor``, SUM, then / D): it receives the
    full-batch gradient of its own slice only,
 3. runs Adam on its slice with its own m and v — the only optimizer state it keeps,
 4. all-gathers the updated slices (``dist.all_gather_into_tensor``) back into the flat parameter
@@ -20,7 +21,7 @@ reference's state. The reference (:func:`helpers.train.reference.reference_adam_
 like the optimizer's: the ``Adam`` class itself imports torch._dynamo on first use (about 3 s of
 CPU per rank), too slow for four ranks on two cores; tests/test_ch07_zero1.py checks that both
 give bitwise the same weights. It then counts the bytes of m and v it holds against
-helpers.cost.memory's ZeRO-1 prediction 8Ψ/N (+ padding) and the bytes it sent per step. The flat
+helpers.cost.memory's ZeRO-1 prediction 8Ψ/D (+ padding) and the bytes it sent per step. The flat
 buffers: :mod:`helpers.train.flat_buffer`.
 
     python -m torch.distributed.run --nproc_per_node 2 -m helpers.demos.ch07_zero1 --steps 5
@@ -128,7 +129,7 @@ def main() -> None:
         if opt_bytes != predicted + padding_bytes:
             raise AssertionError(
                 f"rank {env.rank} holds {opt_bytes} B of Adam state, the ZeRO-1 model predicts "
-                f"8Ψ/N = {predicted} B + {padding_bytes} B of padding"
+                f"8Ψ/D = {predicted} B + {padding_bytes} B of padding"
             )
         comm = comm_bytes_per_step(lay, flat_w.element_size())
 
@@ -146,17 +147,17 @@ def main() -> None:
                 f"m, v of each slice: {state_diff:.2e}"
             )
             say(
-                f"Adam m+v per rank: {opt_bytes} B = 8Ψ/N {predicted:g} B "
+                f"Adam m+v per rank: {opt_bytes} B = 8Ψ/D {predicted:g} B "
                 f"+ padding {padding_bytes:g} B "
                 f"(unsharded: {ref_opt_bytes} B, {ref_opt_bytes / opt_bytes:.2f}x more)"
             )
             say(
                 f"sent per step per rank: reduce-scatter {comm['reduce_scatter']} B "
                 f"+ all-gather {comm['all_gather']} B "
-                f"= {comm['total']} B = 2(N-1)/N x {comm['buffer']} B buffer, "
+                f"= {comm['total']} B = 2(D-1)/D x {comm['buffer']} B buffer, "
                 f"as much as one all-reduce"
             )
-            say("OK: ZeRO-1 matches unsharded Adam and holds 1/N of its optimizer state")
+            say("OK: ZeRO-1 matches unsharded Adam and holds 1/D of its optimizer state")
         emit(
             world_size=N,
             backend=env.backend,
