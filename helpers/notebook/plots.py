@@ -4,7 +4,8 @@
 resolution; :func:`show` displays a figure in the notebook and glues it under a key, so the chapter
 page can paste the same image. The figures themselves are in
 :mod:`helpers.notebook.plots_ch01_dimensions` (Chapter 1), :mod:`helpers.notebook.plots_ch02_mesh`
-(Chapter 2), :mod:`helpers.notebook.plots_ch05_resume` (Chapter 5) and the ``helpers.chapters``
+(Chapter 2), :mod:`helpers.notebook.plots_ch05_resume` (Chapter 5), the timelines of
+:mod:`helpers.notebook.plots_timeline` and the ``helpers.chapters``
 modules.
 """
 
