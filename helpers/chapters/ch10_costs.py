@@ -1,7 +1,7 @@
 """Chapter 10's pitfalls of the cost arithmetic: speed, memory, communication, bubble and MFU.
 
-Each demo computes with the book's own models (:mod:`helpers.cost.memory`, :mod:`helpers.cost.comm`,
-:mod:`helpers.cost.mfu`, :mod:`helpers.parallel.pp`) or reads a recorded GPU result
+Each demo computes with the book's own models (:mod:`helpers.cost.memory_plan`,
+:mod:`helpers.cost.comm`, :mod:`helpers.cost.mfu`, :mod:`helpers.parallel.pp`) or reads a recorded GPU result
 (``helpers.record.results``) and returns a :class:`~helpers.chapters.ch10_shown.Shown`.
 """
 
@@ -9,12 +9,20 @@ from __future__ import annotations
 
 from helpers.chapters.ch10_shown import Shown
 from helpers.cost.comm import NOMINAL_LINKS, ops_time, tp_layer_ops
-from helpers.cost.memory import GB, estimate, seed_estimate_memory
+from helpers.config.shape import ModelShape
+from helpers.cost import memory_plan
+from helpers.cost.memory import GB, seed_estimate_memory
 from helpers.cost.mfu import flops_per_token, mfu
-from helpers.parallel.layouts import QWEN2_7B, data_degree
+from helpers.parallel.layouts import Layout, data_degree
 from helpers.parallel.pp import bubble_fraction
 from helpers.record import results
 from helpers.record.ch07_tables import rank_results
+
+# Qwen2-7B as its config.json gives it: 28 layers, hidden 3584, 28 query and 4 KV heads, SwiGLU
+# width 18944, vocabulary 152064, biases on q, k, v (Yang et al. 2024, "Qwen2 Technical Report")
+QWEN2_7B_FULL = ModelShape.llama(
+    28, 3584, 28, 4, vocab=152064, ffn=18944, seq_len=4096, biases=True
+)
 
 
 def more_parallelism() -> Shown:
@@ -34,41 +42,40 @@ def more_parallelism() -> Shown:
 
 
 def seed_memory(G: int = 64, tp: int = 4, pp: int = 2) -> Shown:
-    """The seed's 16 B/param ÷ (T·P) against the memory model with activations and ZeRO."""
+    """The seed's 16 B/param ÷ (T·P) against Chapter 7's memory model (:func:`memory_plan.peak`,
+    activations, ZeRO and the bytes outside the allocator) and a recorded H200 run."""
     seed = seed_estimate_memory(7, tp, pp)
-    shape, dp = QWEN2_7B, data_degree(G, tp, pp)
-    full = estimate(7e9, dp=dp, tp=tp, pp=pp, shape=shape, micro_batch=1, overhead_bytes=1 * GB)
-    flash_z1 = estimate(
-        7e9,
-        dp=dp,
-        tp=tp,
-        pp=pp,
-        shape=shape,
-        micro_batch=1,
-        overhead_bytes=1 * GB,
-        flash=True,
-        zero_stage=1,
+    dp = data_degree(G, tp, pp)
+    batch = dp * pp  # micro-batch 1, P micro-batches per step: P in flight on stage 0
+    eager = memory_plan.peak(QWEN2_7B_FULL, Layout(dp, tp, pp, microbatch=1), batch, flash=False)
+    flash_z1 = memory_plan.peak(
+        QWEN2_7B_FULL, Layout(dp, tp, pp, microbatch=1, zero_stage=1), batch, flash=True
     )
 
-    def states(e) -> float:
-        return (e.weights + e.gradients + e.optimizer) / GB
+    def states(p: dict) -> float:
+        s = p["prediction"]["states"]
+        return (s["weights"] + s["master"] + s["optimizer"] + s["grads"]) / GB
 
     memory_runs = results.load("ch07_memory")["runs"]
     run = rank_results(next(r for r in memory_runs if r["name"] == "TP=2 bf16"))[0]
     seed_run = 16 * run["params"] / GB  # the seed's rule on that rank's Ψ/(T·P) parameters
+    outside = eager["outside"] / GB
     return Shown(
-        wrong=f"seed: 7 B × 16 B / (T={tp}·P={pp}) = {seed:.1f} GB per GPU. With activations (seq "
-        f"{shape.seq_len}, micro-batch 1, {pp} micro-batches in flight on stage 0) and 1 GB of "
-        f"context: {full.gb():.1f} GB, of which activations {full.gb('activations'):.1f} GB. "
-        f"Recorded on an H200 (Chapter 7, a {2 * run['params'] / 1e9:.2f} B Llama as tp=2, "
-        f"micro-batch 4 × 1024 tokens): the seed's rule gives {seed_run:.2f} GB, the measured "
-        f"peak was {run['measured']['peak'] / GB:.2f} GB allocated, "
+        wrong=f"seed: 7 B × 16 B / (T={tp}·P={pp}) = {seed:.1f} GB per GPU. Chapter 7's model for "
+        f"Qwen2-7B ({QWEN2_7B_FULL.params / 1e9:.2f} B, seq {QWEN2_7B_FULL.seq_len}, micro-batch "
+        f"1, {pp} micro-batches in flight on stage 0, eager attention, no ZeRO): "
+        f"{eager['total'] / GB:.1f} GB, of which activations "
+        f"{eager['prediction']['activations'] / GB:.1f} GB and {outside:.1f} GB outside the "
+        f"allocator. Recorded on an H200 (Chapter 7, a {2 * run['params'] / 1e9:.2f} B Llama as "
+        f"tp=2, micro-batch 4 × 1024 tokens): the seed's rule gives {seed_run:.2f} GB, the "
+        f"measured peak was {run['measured']['peak'] / GB:.2f} GB allocated, "
         f"{run['measured']['device_used'] / GB:.2f} GB on the device",
-        fixed=f"flash attention drops the s×s scores and ZeRO-1 over D={dp} shards the optimizer: "
-        f"states {states(flash_z1):.1f} GB + activations {flash_z1.gb('activations'):.1f} GB + 1 "
-        f"GB = {flash_z1.gb():.1f} GB",
-        holds=full.gb() > 2 * seed
-        and flash_z1.gb() < full.gb()
+        fixed=f"fused attention (SDPA) drops the s×s scores and ZeRO-1 over D={dp} shards the fp32 "
+        f"masters and Adam's moments: states {states(flash_z1):.1f} GB + activations "
+        f"{flash_z1['prediction']['activations'] / GB:.1f} GB, {flash_z1['total'] / GB:.1f} GB "
+        "in all",
+        holds=eager["total"] > 2 * seed * 1e9 / GB
+        and flash_z1["total"] < eager["total"]
         and run["measured"]["peak"] / GB > 2 * seed_run,
     )
 
