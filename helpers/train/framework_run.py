@@ -108,8 +108,8 @@ def build(layout, args, env):
     if layout.recompute:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     if args.framework == "fsdp2":
-        if args.compile:  # before fully_shard, as torchtitan does: its hooks stay outside graphs
-            speed.compile_layers(model)
+        # before fully_shard, as torchtitan does: its hooks stay outside graphs
+        speed.tune_plain(model, args)
         trainer = FSDP2Trainer(
             layout,
             model,
@@ -156,6 +156,16 @@ def run(layout, args, env) -> dict:
                 trainer.step(args.warmup + args.steps + k)
             sync(env.device)
         profile = breakdown(prof, "cuda" if env.is_gpu else "cpu", args.profile)
+        if getattr(args, "trace", False) and env.is_gpu:  # the step's kernels, for a timeline
+            from helpers.train.memory_snapshot import trace_intervals
+            from helpers.train.profiling import device_events
+
+            profile["trace"] = trace_intervals(device_events(prof, "cuda"))
+    memory = None
+    if getattr(args, "memory_snapshot", False) and env.is_gpu and plugin is not None:
+        from helpers.train.memory_snapshot import step_memory
+
+        memory = step_memory(trainer, args.warmup + args.steps + args.profile, env.device)
     tokens_per_s = layout.global_batch * layout.seq / seconds
     del trainer, plugin
     return dict(
@@ -165,6 +175,7 @@ def run(layout, args, env) -> dict:
         tokens_per_s=round(tokens_per_s),
         mfu=round(mfu(config, layout.seq, tokens_per_s, env.world_size), 4),
         profile=profile,
+        memory_snapshot=memory,
         params=llama_params(config),
     )
 
@@ -205,6 +216,7 @@ def describe(args, layout, env) -> dict:
         optimizer=optimizer_name(args, env.device),
         compiled=args.compile,
         norm_on_device=args.norm_on_device,
+        **speed.describe_levers(args),
         plugin_kw=speed.plugin_kwargs(args.plugin_kw),
         gpus=env.world_size,
         oom=False,

@@ -43,6 +43,9 @@ def add_arguments(p) -> None:
     p.add_argument(
         "--optim", choices=OPTIMIZERS, default=None, help="default: hybrid_adam on GPUs, else adamw"
     )
+    from helpers.train import levers
+
+    levers.add_arguments(p)
     p.add_argument(
         "--plugin_kw",
         action="append",
@@ -59,10 +62,11 @@ def tune_boosted(model, optimizer, args, plugin_kw: dict) -> None:
     Compiling comes after boosting (shardformer's policies match the uncompiled module names); with
     ``overlap_allgather`` the all-gather waits then move to layer pre-hooks (Dynamo cannot trace
     Colossal-AI's tensor hook)."""
-    if args.compile:
-        compile_layers(model)
-        if plugin_kw.get("overlap_allgather"):
-            wait_gathers_per_layer(model)
+    from helpers.train import levers
+
+    levers.apply(model, args)  # compile (per layer or whole), SDPA backend, loss head, FP8
+    if args.compile and plugin_kw.get("overlap_allgather"):
+        wait_gathers_per_layer(model)
     if args.norm_on_device:
         grad_norm_on_device(optimizer)
 
@@ -79,7 +83,7 @@ def decoder_owner(model):
     raise TypeError(f"no decoder layers (.model.layers) found inside {type(model).__name__}")
 
 
-def compile_layers(model, backend: str = "inductor") -> int:
+def compile_layers(model, backend: str = "inductor", mode: str | None = None) -> int:
     """Replace each decoder layer by ``torch.compile(layer)`` in place; returns how many.
 
     The parameters stay the same objects (an ``OptimizedModule`` holds the original layer), so
@@ -88,7 +92,7 @@ def compile_layers(model, backend: str = "inductor") -> int:
     """
     layers = decoder_owner(model).model.layers
     for i, layer in enumerate(layers):
-        layers[i] = torch.compile(layer, backend=backend)
+        layers[i] = torch.compile(layer, backend=backend, mode=mode)
     return len(layers)
 
 
@@ -226,3 +230,19 @@ def grad_norm_on_device(optimizer) -> None:
         low_level_optim.calculate_global_norm_from_list = global_norm
     optimizer._compute_grad_norm = compute
     optimizer._unscale_and_clip_grads = unscale
+
+
+def tune_plain(model, args) -> None:
+    """The levers on a plain PyTorch model before FSDP2 wraps it (:mod:`helpers.train.levers`)."""
+    from helpers.train import levers
+
+    if args.compile and args.compile_scope == "model":
+        raise SystemExit("--compile_scope model is measured under Colossal-AI only")
+    levers.apply(model, args)
+
+
+def describe_levers(args) -> dict:
+    """The levers of a run for its RESULT line (defaults when a caller's parser lacks them)."""
+    from helpers.train import levers
+
+    return levers.describe(args) if hasattr(args, "sdpa") else {}

@@ -1,0 +1,107 @@
+"""The flagship's levers on the CPU: the chunked linear cross-entropy against matmul + F.cross_entropy
+(forward and backward), the loss heads against Hugging Face's own loss, FP8 casting, the memory
+categories and the kernel timeline."""
+
+import pytest
+import torch
+
+from helpers.train.linear_ce import IGNORE, chunked_linear_ce, shifted_targets
+
+
+def _problem(n=70, h=24, v=50, dtype=torch.float64, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, h, generator=g, dtype=dtype, requires_grad=True)
+    w = torch.randn(v, h, generator=g, dtype=dtype, requires_grad=True)
+    t = torch.randint(0, v, (n,), generator=g)
+    t[::7] = IGNORE
+    return x, w, t
+
+
+@pytest.mark.parametrize("chunk", [1, 16, 70, 1000])
+def test_chunked_ce_equals_plain_forward_and_backward(chunk):
+    x, w, t = _problem()
+    loss = chunked_linear_ce(x, w, t, chunk_rows=chunk)
+    (loss * 3).backward()
+    gx, gw = x.grad.clone(), w.grad.clone()
+    x.grad = w.grad = None
+    ref = torch.nn.functional.cross_entropy(x @ w.t(), t, ignore_index=IGNORE)
+    (ref * 3).backward()
+    torch.testing.assert_close(loss, ref)
+    torch.testing.assert_close(gx, x.grad)
+    torch.testing.assert_close(gw, w.grad)
+
+
+def test_chunked_ce_rejects_bad_shapes():
+    x, w, t = _problem()
+    with pytest.raises(ValueError):
+        chunked_linear_ce(x, w[:, :5], t)
+    with pytest.raises(ValueError):
+        chunked_linear_ce(x, w, t, chunk_rows=0)
+
+
+def test_shifted_targets_pads_the_last_position():
+    labels = torch.tensor([[1, 2, 3], [4, 5, 6]])
+    assert shifted_targets(labels).tolist() == [2, 3, IGNORE, 5, 6, IGNORE]
+
+
+@pytest.mark.parametrize("kind", ["plain", "chunked"])
+def test_loss_heads_equal_hugging_face(kind):
+    from helpers.models.llama import build_llama, llama_config, token_batch
+    from helpers.train.levers import use_loss
+
+    config = llama_config(layers=2, hidden=32, heads=4, vocab=64, max_seq=32)
+    model, batch = build_llama(config), token_batch(0, 2, 16, 64)
+    ref = model(**batch).loss
+    ref.backward()
+    ref_grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    use_loss(model, kind, chunk_rows=5)
+    loss = model(**batch).loss
+    loss.backward()
+    torch.testing.assert_close(loss, ref)
+    for p, g in zip(model.parameters(), ref_grads):
+        torch.testing.assert_close(p.grad, g, rtol=1e-4, atol=1e-6)
+
+
+def test_fp8_cast_keeps_the_absolute_maximum_and_a_small_error():
+    from helpers.train.fp8 import E4M3_MAX, to_fp8
+
+    t = torch.randn(64, 64, generator=torch.Generator().manual_seed(1))
+    q, inv = to_fp8(t)
+    assert q.dtype == torch.float8_e4m3fn
+    assert q.float().abs().max().item() == E4M3_MAX
+    back = q.float() * inv
+    assert ((back - t).norm() / t.norm()).item() < 0.05  # E4M3: 3 mantissa bits
+
+
+def test_colossal_fp8_fails_on_scaled_mm_returning_a_tensor():
+    from helpers.train.fp8 import colossal_fp8_failure, scaled_mm_returns
+
+    assert scaled_mm_returns() == "tensor"
+    assert colossal_fp8_failure(64, 32, 48) == "shape '[64, 48]' is invalid for input of size 48"
+
+
+def test_memory_categories_from_a_made_up_trace():
+    from helpers.train.memory_snapshot import categorize
+
+    trace = [
+        {"action": "alloc", "addr": 1, "size": 2**30},  # forward: an activation
+        {"action": "alloc", "addr": 2, "size": 2**30},  # forward: a temporary
+        {"action": "free_requested", "addr": 2, "size": 2**30},
+        {"action": "alloc", "addr": 3, "size": 2**30},  # backward: a gradient
+        {"action": "free_requested", "addr": 1, "size": 2**30},
+        {"action": "free_requested", "addr": 3, "size": 2**30},  # zero_grad
+    ]
+    out = categorize(trace, {"start": 0, "forward": 3, "backward": 5}, {"weights": 2**31}, 6)
+    assert out["gib"]["activations"][:5] == [1, 1, 1, 1, 0]
+    assert out["gib"]["gradients"][:6] == [0, 0, 0, 1, 1, 0]
+    assert out["peak_gib"] == 4.0 and out["static_gib"]["weights"] == 2.0
+
+
+def test_trace_intervals_merge_and_busy_share():
+    from helpers.train.memory_snapshot import trace_intervals
+
+    events = [("nvjet_gemm", 0.0, 10.0), ("nvjet_gemm", 11.0, 20.0), ("triton_x", 30.0, 40.0)]
+    out = trace_intervals(events)
+    assert [c for _, _, c in out["intervals"]] == ["matmul", "triton (compiled)"]
+    assert out["busy"] == 0.75 and out["span_ms"] == 0.04
