@@ -1,8 +1,8 @@
 """Chapter 10's pitfalls of the cost arithmetic: speed, memory, communication, bubble and MFU.
 
 Each demo computes with the book's own models (:mod:`helpers.cost.memory_plan`,
-:mod:`helpers.cost.comm`, :mod:`helpers.cost.mfu`, :mod:`helpers.parallel.pp`) or reads a recorded GPU result
-(``helpers.record.results``) and returns a :class:`~helpers.chapters.ch10_shown.Shown`.
+:mod:`helpers.cost.comm`, :mod:`helpers.cost.mfu`, :mod:`helpers.parallel.pp`) or reads a recorded
+GPU result (``helpers.record.results``) and returns a :class:`~helpers.chapters.ch10_shown.Shown`.
 """
 
 from __future__ import annotations
