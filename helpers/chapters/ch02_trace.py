@@ -1,0 +1,126 @@
+"""Chapter 2, "One step as a trace": the notebook's glue for ``helpers/demos/ch02_trace.py``.
+
+:func:`run` launches the demo (4 ranks, D = T = 2, both orders of the gradient all-reduce; a test
+and the notebook share the launch within one test run), :func:`expected_collectives` counts the
+collectives a rank must enter from the model, :func:`check` holds the trace to it and to the
+stated bounds, :func:`figure` draws every rank's step with
+:func:`helpers.notebook.plots_timeline.timeline`, and :func:`rows` gives the table of
+milliseconds.
+"""
+
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+
+from helpers.notebook.measured import approx, check as check_bound
+from helpers.notebook.plots import DPI
+from helpers.notebook.plots_timeline import timeline
+from helpers.run.launch import LaunchResult, launch
+from helpers.train.trace import StepTrace
+
+NPROC, TP, LAYERS, ROWS = 4, 2, 4, 256
+ARGS = ["--tp", str(TP), "--layers", str(LAYERS), "--rows", str(ROWS)]
+ORDERS = ("after", "overlap")
+TOLERANCE = 1e-5  # fp32 gradients against the unsplit model
+# sync collectives leave no compute beside them; the clocks of two threads leave a sliver
+AFTER_HIDDEN_MAX = 0.02
+
+
+def run() -> LaunchResult:
+    return launch("ch02_trace", nproc=NPROC, args=ARGS, timeout_s=300)
+
+
+def expected_collectives(layers: int, tp: int, dp: int, pp: int = 1) -> int:
+    """Collectives one rank enters in one step: g's all-reduce in every block's forward and f's in
+    every backward except the first block's (its input needs no gradient) when T > 1, and one
+    all-reduce per parameter tensor (A, a, B, b of every block) when D > 1."""
+    per_stage = layers // pp
+    tensor = (2 * per_stage - 1) if tp > 1 else 0
+    return tensor + (4 * per_stage if dp > 1 else 0)
+
+
+def traces(results: list[dict], order: str) -> dict[int, StepTrace]:
+    return {r["rank"]: StepTrace.from_json(r["trace"]) for r in results if r["order"] == order}
+
+
+def check(results: list[dict]) -> dict:
+    """Raise unless every rank's gradients matched, every trace holds exactly the collectives
+    the model implies, the ``after`` order hid (almost) nothing and the ``overlap`` order computed
+    under its gradient all-reduces on every rank; return the exact facts."""
+    r0 = results[0]
+    want = expected_collectives(r0["layers"], r0["tp"], r0["dp"], r0["pp"])
+    for r in results:
+        assert r["max_grad_diff"] <= TOLERANCE, r
+        assert r["trace"]["collectives"] == want, (r["rank"], r["order"], r["trace"]["names"])
+    after, overlap = traces(results, "after"), traces(results, "overlap")
+    assert len(after) == len(overlap) == NPROC
+    for rank in after:
+        hidden = after[rank].numbers()["hidden_share"]
+        assert hidden <= AFTER_HIDDEN_MAX, f"rank {rank}: {hidden:.3f} hidden after the backward"
+        assert overlap[rank].numbers()["overlapped_ms"] > 0, f"rank {rank}: nothing overlapped"
+    return {"collectives per rank and step": want, "gradients match": True}
+
+
+def rows(results: list[dict]) -> list[dict]:
+    """One row per order and rank: milliseconds of the step and its parts (measured: ≈)."""
+    out = []
+    for order in ORDERS:
+        for rank, t in sorted(traces(results, order).items()):
+            n = t.numbers()
+            out.append(
+                {
+                    "order": order,
+                    "rank": rank,
+                    "step": approx(n["step_ms"], ".1f", " ms"),
+                    "compute": approx(n["compute_ms"], ".1f", " ms"),
+                    "communication": approx(n["communication_ms"], ".1f", " ms"),
+                    "of it under compute": approx(n["overlapped_ms"], ".1f", " ms"),
+                    "idle": approx(n["idle_ms"], ".1f", " ms"),
+                }
+            )
+    return out
+
+
+def totals(results: list[dict], order: str) -> dict[str, float]:
+    """Milliseconds summed over the ranks, and the share of communication under compute."""
+    sums: dict[str, float] = {}
+    for t in traces(results, order).values():
+        for k, v in t.numbers().items():
+            sums[k] = sums.get(k, 0.0) + v
+    sums["hidden_share"] = sums["overlapped_ms"] / sums["communication_ms"]
+    return sums
+
+
+def overlap_lines(results: list[dict]) -> list[str]:
+    """The share of communication under compute, summed over the ranks, for each order, each
+    asserted against its bound (:func:`helpers.notebook.measured.check`)."""
+    after, overlap = (totals(results, order) for order in ORDERS)
+    pct = dict(scale=100, fmt=".1f", unit=" %")
+    return [
+        check_bound(
+            "after: communication under compute",
+            after["hidden_share"],
+            at_most=AFTER_HIDDEN_MAX,
+            **pct,
+        ),
+        check_bound(
+            "overlap: communication under compute", overlap["hidden_share"], at_least=1e-3, **pct
+        ),
+    ]
+
+
+def figure(results: list[dict]):
+    """Two panels, one per order; per rank a row of compute / exposed communication / idle and
+    under it a row of all its communication (what lies under a compute bar is overlapped)."""
+    fig, axes = plt.subplots(2, 1, figsize=(9, 8), dpi=DPI)
+    coords = {r["rank"]: r["coords"] for r in results}
+    for ax, order in zip(axes, ORDERS):
+        panel = {}
+        for rank, t in sorted(traces(results, order).items()):
+            c = coords[rank]
+            panel[f"rank {rank} (r_D {c['dp']}, r_T {c['tp']})"] = t.intervals()
+            panel[f"rank {rank}: its communication"] = t.comm_intervals()
+        what = {"after": "all-reduce after the backward", "overlap": "all-reduce from hooks"}
+        timeline(panel, title=f"One step, D = 2 × T = 2: gradient {what[order]}", ax=ax)
+    fig.tight_layout()
+    return fig

@@ -1,0 +1,154 @@
+"""Chapter 2, "torch's own mesh": DeviceMesh beside ProcessGroupMesh, then FSDP2 + tensor parallel.
+
+    torchrun --nproc_per_node 4 -m helpers.demos.ch02_torch_mesh --tp 2
+
+On G = D·T ranks every rank builds the same 2-D grid twice, torch's ``init_device_mesh`` with
+axes ("dp", "tp") and Colossal-AI's ``ProcessGroupMesh(D, T)``, and reports its coordinate and its
+group along each axis from both; an all-reduce of the members' ranks over each torch group proves
+the group real. It then wraps Colossal-AI's groups in a ``DeviceMesh`` (``from_group``) and checks
+that torch holds the very same group objects, and splits a 4 × 4 matrix as a ``DTensor`` over both
+axes.
+
+Finally it trains Chapter 2's Megatron MLP stack with torch's tensor parallel over ``tp`` and FSDP2
+over ``dp`` (:func:`helpers.parallel.device_mesh.shard_2d`): replica r_D trains on its rows of the
+global batch; each step the loss, every gathered gradient and, after SGD, every gathered weight
+must equal the unsplit model's on the whole batch (fp32 tolerance), or the rank raises.
+"""
+
+import logging
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+from helpers.parallel import device_mesh as dm
+from helpers.parallel.tp import mlp_block, mlp_blocks
+from helpers.run import cli
+from helpers.run.env import distributed, emit, say
+from helpers.train.reference import check_close, randn, sig, strict_fp32
+
+# the unsplit tensor behind each nn.Linear parameter of a block, and whether it is transposed
+_SOURCE = {
+    "up.weight": ("A", True),
+    "up.bias": ("a", False),
+    "down.weight": ("B", True),
+    "down.bias": ("b", False),
+}
+
+
+def _reference_of(name: str, full, what: str) -> torch.Tensor:
+    _, i, rest = name.split(".", 2)
+    key, transposed = _SOURCE[rest]
+    t = getattr(full[int(i)][key], what)
+    return t.T if transposed else t
+
+
+def _checked(when: str, got: dict[str, torch.Tensor], full, what: str) -> float:
+    """Max |difference| of every gathered tensor from the unsplit model's; raises if outside."""
+    return max(check_close(f"{when} {n}", t, _reference_of(n, full, what)) for n, t in got.items())
+
+
+def main() -> None:
+    parser = cli.parser(__doc__)
+    cli.add(parser, "tp", 2, help="tensor-parallel degree T (D = G / T)")
+    cli.add(parser, "layers", 2, help="MLP blocks")
+    cli.add(parser, "hidden", 8, help="hidden size h (4h divisible by T·D, h by D)")
+    parser.add_argument("--rows", type=int, default=4, help="rows of the batch per replica")
+    cli.add(parser, "steps", 2)
+    cli.add(parser, "lr", 0.1, help=None)
+    cli.add(parser, "seed", cli.SEED)
+    args = parser.parse_args()
+    strict_fp32()
+    # gathering a (_StridedShard, Shard) parameter whole takes two all-gathers; torch warns
+    logging.getLogger("torch.distributed.tensor._redistribute").setLevel(logging.ERROR)
+    with distributed() as env:
+        if env.world_size % args.tp:
+            raise ValueError(f"T={args.tp} does not divide {env.world_size} ranks")
+        sizes = {"dp": env.world_size // args.tp, "tp": args.tp}
+        kind = env.device.type
+        mesh = dm.torch_mesh(sizes, kind)
+        pg_mesh, axes = dm.colossal_mesh(sizes)
+        torch_groups, colossal_groups = dm.members(mesh, axes), dm.members(pg_mesh, axes)
+        sums = {}
+        for a in axes:
+            total = torch.tensor([env.rank], device=env.device)
+            dist.all_reduce(total, group=mesh[a].get_group())  # only the members take part
+            sums[a] = int(total.item())
+        bridged = dm.from_colossal(pg_mesh, axes, kind)
+        same_objects = all(
+            bridged[a].get_group() is pg_mesh.get_group_along_axis(k) for k, a in enumerate(axes)
+        )
+        # a DTensor: rows split over dp, columns over tp; each rank holds one block
+        from torch.distributed.tensor import Shard, distribute_tensor
+
+        whole = torch.arange(16.0, device=env.device).reshape(4, 4)
+        piece = distribute_tensor(whole, mesh, [Shard(0), Shard(1)])
+        assert torch.equal(piece.full_tensor(), whole)
+
+        # FSDP2 over dp + tensor parallel over tp, against the unsplit stack
+        full = mlp_blocks(args.layers, args.hidden, args.seed, env.device)
+        model = dm.shard_2d(dm.Stack(full), mesh)
+        layout = dm.placements(model)
+        opt = torch.optim.SGD(model.parameters(), lr=args.lr)
+        r_d, rows = mesh["dp"].get_local_rank(), args.rows
+        losses, ref_losses, grad_diffs, weight_diffs = [], [], [], []
+        for step in range(args.steps):
+            x = randn(sizes["dp"] * rows, args.hidden, seed=1000 + step, device=env.device)
+            y = randn(sizes["dp"] * rows, args.hidden, seed=2000 + step, device=env.device)
+            mine = slice(r_d * rows, (r_d + 1) * rows)
+            loss = F.mse_loss(model(x[mine]), y[mine])  # (rows, h): this replica's mean
+            loss.backward()
+            out = x
+            for p in full:
+                out = mlp_block(out, p)
+            ref = F.mse_loss(out, y)
+            ref.backward()
+            mean = loss.detach().clone()
+            dist.all_reduce(mean, group=mesh["dp"].get_group())
+            mean /= sizes["dp"]  # equal rows per replica: the mean of means is the global mean
+            check_close(f"step {step} loss", mean, ref)
+            losses.append(sig(mean.item()))
+            ref_losses.append(sig(ref.item()))
+            grads = dm.unsplit_grads(model)
+            grad_diffs.append(_checked(f"step {step} grad", grads, full, "grad"))
+            opt.step()
+            opt.zero_grad()
+            with torch.no_grad():
+                for t in (t for p in full for t in p.values()):
+                    t -= args.lr * t.grad
+                    t.grad = None
+            weights = dm.unsplit_params(model)
+            weight_diffs.append(_checked(f"after step {step}", weights, full, "data"))
+        if env.rank == 0:
+            say(f"G = {env.world_size} = D {sizes['dp']} x T {args.tp} ({env.backend}); {mesh}")
+            for step in range(args.steps):
+                say(
+                    f"step {step}: loss {losses[step]} (unsplit {ref_losses[step]}), "
+                    f"gradients within {grad_diffs[step]:.1e}, weights within "
+                    f"{weight_diffs[step]:.1e}"
+                )
+            say("OK: FSDP2 + tensor parallel on the 2-D DeviceMesh match the unsplit model")
+        emit(
+            axes=list(axes),
+            torch_coords=[int(c) for c in mesh.get_coordinate()],
+            colossal_coords=[int(c) for c in pg_mesh.coordinate()],
+            torch_groups=torch_groups,
+            colossal_groups=colossal_groups,
+            sums=sums,
+            same_group_objects=same_objects,
+            dtensor_local=piece.to_local().tolist(),
+            dtensor_placements=[str(p) for p in piece.placements],
+            placements=layout,
+            losses=losses,
+            ref_losses=ref_losses,
+            max_grad_diff=max(grad_diffs),
+            max_weight_diff=max(weight_diffs),
+            backend=env.backend,
+            world_size=env.world_size,
+        )
+        del model, opt, bridged, mesh
+        pg_mesh.destroy_mesh_process_groups()
+
+
+if __name__ == "__main__":
+    main()
