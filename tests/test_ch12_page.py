@@ -41,3 +41,60 @@ def test_the_table_sorts_without_a_kernel():
         for o in c.get("outputs", [])
     )
     assert "ch12-sortable" in html and "onclick=" in html
+
+
+def _stored_table(key: str) -> list[dict]:
+    """A glued table of the stored notebook (nbval checks that a fresh run gives the same)."""
+    from html.parser import HTMLParser
+
+    html = next(
+        "".join(o["data"]["text/html"])
+        for c in NOTEBOOK["cells"]
+        for o in c.get("outputs", [])
+        if o.get("metadata", {}).get("scrapbook", {}).get("name") == key
+    )
+    cells: list[list[str]] = []
+
+    class Reader(HTMLParser):
+        def handle_starttag(self, tag, attrs):
+            if tag == "tr":
+                cells.append([])
+            elif tag in ("td", "th"):
+                cells[-1].append("")
+
+        def handle_data(self, data):
+            if cells and cells[-1]:
+                cells[-1][-1] += data
+
+    Reader().feed(html)
+    head, *rows = cells
+    return [dict(zip(head, r)) for r in rows]
+
+
+def test_the_planner_statements_match_the_stored_ranking():
+    text = " ".join(PAGE.split())
+    rows = {r["run"]: r for r in _stored_table("ch12_planner")}
+    one_t = rows["MEG-1008.0B"]
+    assert one_t["published rank"] == "21" and f"{one_t['gain %']} % faster" in text
+    assert rows["OPT"]["published rank"] == "11" and f"({rows['OPT']['gain %']} % faster" in text
+    weak = [float(rows[f"MEG-{k}"]["gain %"]) for k in ("3.6B", "7.5B", "18.4B", "39.1B")]
+    assert round(min(weak)) == 4 and round(max(weak)) == 14 and "4-14 % faster" in text
+    ties = [float(rows[f"MEG-{k}"]["gain %"]) for k in ("76.1B", "145.6B", "310.1B", "529.6B")]
+    assert min(ties) == 1.6 and max(ties) == 4.6
+    first = one_t["planner's first"]
+    assert "T=2" in first and "S=4 (all_to_all)" in first and "T = 2 with Ulysses S = 4" in text
+
+
+def test_the_patterns_quoted_on_the_page():
+    from helpers.chapters.ch12_figures import pattern_rows
+
+    text = " ".join(PAGE.split())
+    rows = {r["rule"].split(" (")[0]: r for r in pattern_rows()}
+    tp = rows["TP stays inside a node"]
+    assert tp["holds in"] == tp["runs it applies to"] == 14 and "in all 14 layouts" in text
+    fill = rows["TP fills the node before PP starts"]
+    assert (fill["holds in"], fill["runs it applies to"]) == (9, 11) and "in 9 of 11" in text
+    assert fill["exceptions"] == "DSV3, BLOOM"
+    dp = rows["DP"]
+    assert (dp["holds in"], dp["runs it applies to"]) == (12, 17) and "in 12 of 17" in text
+    assert rows["EP appears exactly for MoE models"]["exceptions"] == "none"

@@ -33,3 +33,11 @@ def test_scale_simulation():
     for r in best[2:] + runs:
         assert r["tp+sp %"] + r["dp %"] < 10
     assert [r["layout"].split(" × ")[2] for r in best[-2:]] == ["P=8", "P=8"]
+
+
+def test_megatron_ties_quoted_on_the_page():
+    """The 76.1 B to 529.6 B rows: the planner's first is 1.6-4.6 % faster (the notebook ranks
+    them; this re-ranks the smallest of them and reads the others' gains from the same code)."""
+    gains = [planner.rank_run(k)["gain %"] for k in ("MEG-76.1B", "MEG-310.1B")]
+    assert all(1.6 <= g <= 4.6 for g in gains) and "rows 1.6-4.6 %" in PAGE
+    assert planner.rank_run("MEG-310.1B")["published rank"] == 13 and "13th for 310.1 B" in PAGE
