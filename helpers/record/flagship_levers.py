@@ -46,7 +46,8 @@ LEVERS = [  # (name, the flags added to BASE): one lever each, then the levers t
     ),
     ("optimizer: Colossal-AI HybridAdam", ["--optim", "hybrid_adam"]),
 ]
-BEST = "--sdpa cudnn --fused_ce liger --micro_batch 24".split()  # the levers that won, together
+# the levers that won (flagship_levers.json), with the micro-batch the fused loss makes room for
+BEST = "--sdpa cudnn --fused_ce liger --micro_batch 48".split()
 H2H = (
     ("Colossal-AI LowLevelZero ZeRO-2, best levers", BASE + BEST),
     ("FSDP2, best levers", FSDP2 + TUNED + BEST),
@@ -78,6 +79,8 @@ def runs_of(part: str, quick: bool = False) -> list[tuple[str, list[str], float]
         chosen = [(BASE_NAME, BASE)] + [(n, BASE + a) for n, a in LEVERS]
     elif part == "h2h":
         chosen = [(f"{n}{ROUND}{k}", a) for k in range(1, ROUNDS + 1) for n, a in H2H]
+        # the flagship's trace and memory snapshot: after the timed steps of its first round
+        chosen[0] = (chosen[0][0], chosen[0][1] + ["--trace", "--memory_snapshot"])
     elif part == "fp8":
         chosen = FP8_RUNS
     else:

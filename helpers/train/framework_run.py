@@ -28,6 +28,9 @@ from helpers.train.profiling import breakdown
 from helpers.train.reference import train_reference_mixed
 
 
+REF_ROWS = 24  # the most sequences the reference holds at once (its fp32 logits alone: 4·N·V B)
+
+
 def parser():
     """The command line (the recorder's tests parse its run lists with it)."""
     p = cli.parser(__doc__)
@@ -89,6 +92,8 @@ def reference_losses(model, layout, args, device) -> list[float]:
         for s in range(args.ref_steps)
     ]
     chunks = layout.global_batch // layout.micro_batch  # the reference's slices
+    while layout.global_batch // chunks > REF_ROWS and layout.global_batch % (2 * chunks) == 0:
+        chunks *= 2  # a micro-batch of more than REF_ROWS sequences: the reference accumulates
     return train_reference_mixed(
         copy.deepcopy(model), batches, args.lr, DTYPES[layout.precision], chunks
     )
