@@ -79,7 +79,11 @@ def runs_of(part: str, quick: bool = False) -> list[tuple[str, list[str], float]
         chosen = [(BASE_NAME, BASE)] + [(n, BASE + a) for n, a in LEVERS]
     elif part == "h2h":
         chosen = [(f"{n}{ROUND}{k}", a) for k in range(1, ROUNDS + 1) for n, a in H2H]
-        # the flagship's trace and memory snapshot: after the timed steps of its first round
+        # the flagship's trace and memory snapshot: after the timed steps of its first round;
+        # the kernel breakdown from the first round of each run (later rounds: speed only)
+        chosen = [
+            (n, a + ["--profile", "0"]) if ROUND + "1" not in n else (n, a) for n, a in chosen
+        ]
         chosen[0] = (chosen[0][0], chosen[0][1] + ["--trace", "--memory_snapshot"])
     elif part == "fp8":
         chosen = FP8_RUNS
