@@ -137,7 +137,7 @@ QUESTIONS = [
         CH,
         "intermediate",
         "Llama 3 adds context parallelism only in its 128K-token stage. Why not from the start?",
-        "At 8K tokens the activations of one sequence fit once T = 8 and recomputation cut them; "
+        "At 8K tokens one sequence's activations fit on a node's GPUs with T = 8 alone; "
         "CP costs K, V all-gathers per layer and takes a factor of the data-parallel degree (128 "
         "replicas become 8). At 128K tokens one sequence's activations are 16 times larger and "
         "attention's s² work dominates: splitting the sequence is the only way to fit it.",

@@ -110,7 +110,7 @@ def scale_figure(best: list[dict], fixed: list[dict]):
         ok = [r for r in rows if "step s" in r]
         g = [r["GPUs"] for r in ok]
         a.plot(g, [r["step s"] for r in ok], "o-", color=RANK_COLOURS[colour], label=label)
-        b.plot(g, [r["MFU %"] for r in ok], "o-", color=RANK_COLOURS[colour], label=label)
+        b.plot(g, [r["MFU %"] for r in ok], "o-", color=RANK_COLOURS[colour], label=f"MFU, {label}")
     ok = [r for r in fixed if "step s" in r]
     b.plot(
         [r["GPUs"] for r in ok],
@@ -119,11 +119,16 @@ def scale_figure(best: list[dict], fixed: list[dict]):
         color=RANK_COLOURS[3],
         label="bubble % (published layout)",
     )
+    none = [r["GPUs"] for r in best if "step s" not in r]
     for ax in (a, b):
+        if none:  # the sizes where nothing fits in memory
+            ax.axvspan(min(none) / 1.3, max(none) * 1.3, color="grey", alpha=0.15)
+            ax.text(min(none), 0.92, "nothing fits", transform=ax.get_xaxis_transform(), fontsize=8)
         ax.set_xscale("log", base=2)
         ax.set_xlabel("GPUs (global batch fixed: 2,048 × 8,192 tokens)")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+    a.legend(fontsize=8)
+    b.legend(fontsize=8, loc="center left")
     a.set_yscale("log")
     a.set_ylabel("step time (s), model")
     b.set_ylabel("% (model)")

@@ -92,11 +92,7 @@ def dense_plan(run: Run, eta: float):
         plan = with_context(
             plan, replace(shape, seq_len=run.seq), run.cp, run.seq, batch_of(run), hw
         )
-    if (
-        "FSDP" in run.sharding
-        and "full" in run.sharding.lower()
-        or run.sharding == "FSDP full_shard"
-    ):
+    if run.sharding.startswith("FSDP") and "full" in run.sharding:  # OPT, Alpaca: ZeRO-3
         plan = with_zero3(plan, shape, hw)
     return plan, hw
 
@@ -215,7 +211,9 @@ def error_rows(eta: float | None = None) -> list[dict]:
                 "predicted": "-" if p["predicted"] is None else round(p["predicted"], 1),
                 "error %": "-" if err is None else round(100 * err, 1),
                 "fitted here": "yes" if run.key == FIT_ON else "",
-                "memory GiB (model)": round(p["memory GiB"], 1),
+                "memory GiB (model)": round(p["memory GiB"], 1)
+                if "plan" in p
+                else f"{p['memory GiB']:.1f} (states only)",
                 "memory published": f"{pub_mem} GB" if pub_mem else "-",
                 "step s (model)": round(p["step_s"], 2),
                 "no-bubble": "-"
