@@ -1,4 +1,4 @@
-"""The flagship's levers on the CPU: the chunked linear cross-entropy against matmul + F.cross_entropy
+"""The flagship's levers on the CPU: the chunked linear cross-entropy against matmul + cross-entropy
 (forward and backward), the loss heads against Hugging Face's own loss, FP8 casting, the memory
 categories and the kernel timeline."""
 

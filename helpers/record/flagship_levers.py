@@ -54,8 +54,11 @@ H2H = (
 )
 ROUNDS = 5
 # 20 timed steps: the FP8 loss against bf16's over 20 steps
-FP8_COMMON = "--precision bf16 --seq 2048 --steps 20 --warmup 3 --ref_steps 3 --profile 1".split()
+FP8_COMMON = "--precision bf16 --seq 2048 --steps 20 --warmup 2 --ref_steps 3 --profile 1".split()
 FP8_COMMON += CHECK
+# the rounds: 3 timed steps of ~1 s each (micro-batch 48), so that 5 rounds of both fit one call
+H2H_COMMON = "--precision bf16 --seq 2048 --steps 3 --warmup 2 --ref_steps 2 --profile 1".split()
+H2H_COMMON += CHECK
 FP8_RUNS = [
     ("bf16, 20 steps (the FP8 rows' reference)", BASE + ["--trace", "--memory_snapshot"]),
     ("FP8 linears (torch._scaled_mm), 20 steps", BASE + ["--fp8", "torch", "--trace"]),
@@ -96,7 +99,7 @@ def runs_of(part: str, quick: bool = False) -> list[tuple[str, list[str], float]
         keep = [(n, [swap.get(x, x) for x in a]) for n, a in chosen if a[:2] == FSDP2]
         keep = [(n, _without(a, "--sdpa")) for n, a in keep]
         return [(n + " (tiny)", tiny + a + ["--name", n], 300.0) for n, a in keep]
-    common = FP8_COMMON if part == "fp8" else COMMON
+    common = {"fp8": FP8_COMMON, "h2h": H2H_COMMON}.get(part, COMMON)
     return [(n, SHAPE + common + a + ["--name", n], 300.0) for n, a in chosen]
 
 

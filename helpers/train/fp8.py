@@ -110,3 +110,11 @@ def scaled_mm_returns(device: str = "cpu") -> str:
     one = torch.ones((), device=device)
     out = torch._scaled_mm(a, a.t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
     return "tuple" if isinstance(out, tuple) else "tensor"
+
+
+def step_speedup(matmul_share: float, matmul_speedup: float) -> float:
+    """Amdahl's law for a step: the whole step's speed-up when only its matmul share (of the time)
+    runs ``matmul_speedup`` times faster."""
+    if not 0 <= matmul_share <= 1 or matmul_speedup <= 0:
+        raise ValueError("matmul_share in [0, 1] and a positive speed-up expected")
+    return 1.0 / ((1 - matmul_share) + matmul_share / matmul_speedup)

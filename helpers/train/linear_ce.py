@@ -96,3 +96,8 @@ def chunked_linear_ce(
     if chunk_rows < 1:
         raise ValueError(f"chunk_rows must be positive, got {chunk_rows}")
     return ChunkedLinearCE.apply(x, weight, targets, chunk_rows, ignore_index)
+
+
+def logits_bytes(tokens: int, vocab: int, itemsize: int = 4) -> int:
+    """Bytes of the logits of ``tokens`` positions over a ``vocab``-word vocabulary (fp32: 4)."""
+    return tokens * vocab * itemsize

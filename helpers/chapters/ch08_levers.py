@@ -1,0 +1,186 @@
+"""Chapter 8, "One H200, one lever per row": the lever, head-to-head and FP8 records as tables.
+
+Used by ``notebooks/08_troubleshooting.ipynb`` and the page's quoted numbers (tests recompute
+them). Reads ``results/1x…/flagship_levers.json``, ``flagship_levers_h2h.json`` and
+``flagship_fp8.json`` (:mod:`helpers.record.flagship_levers`); every figure is recomputed from
+the runs' rows (:func:`helpers.record.flagship_levers.row`). The figures are in
+:mod:`helpers.chapters.ch08_levers_figures`.
+"""
+
+from __future__ import annotations
+
+from helpers.record.flagship_levers import MATMUL_CEILING_TFLOPS, row
+from helpers.record.flagship_summary import compare
+
+# kernel classes shown as columns (helpers.train.profiling.KERNEL_CLASSES), in this order
+KERNEL_COLUMNS = (
+    "matmul",
+    "attention",
+    "triton (compiled)",
+    "copy/cast",
+    "cross-entropy",
+    "elementwise/other",
+    "optimizer",
+    "communication",
+)
+COLUMNS = [
+    "run",
+    "mbs",
+    "tokens/s",
+    "MFU %",
+    "of ceiling %",
+    "peak GiB",
+    "max |Δ ref|",
+    "loss ok",
+    "step ms",
+    "idle ms",
+    *(f"{k} ms" for k in KERNEL_COLUMNS),
+]
+
+
+def recorded(name: str) -> dict | None:
+    """A one-GPU record (``flagship_levers``, ``flagship_levers_h2h``, ``flagship_fp8``) or
+    None."""
+    from helpers.record.results import recorded as find_record
+
+    return find_record(name, gpus=1)
+
+
+def ceiling(record: dict) -> float:
+    """The record's measured bf16 matmul ceiling in TFLOP/s (the default where none was
+    measured)."""
+    return record.get("matmul_ceiling_tflops") or MATMUL_CEILING_TFLOPS
+
+
+def rows(record: dict) -> list[dict]:
+    """Every run of a record as :func:`helpers.record.flagship_levers.row`."""
+    c = ceiling(record)
+    return [row(r["name"], r, c) for r in record["runs"]]
+
+
+def table_row(s: dict) -> dict:
+    """One run for the table: speed, MFU, the ceiling's share, memory, the loss check, and the
+    profiled step's milliseconds by kernel class (``idle``: step time no kernel covered)."""
+    if not s["ok"]:
+        reason = s["error"].strip().splitlines()[0][:90] if s.get("error") else "failed"
+        return {"run": s["name"], "tokens/s": "failed", "loss ok": reason}
+    out = {
+        "run": s["name"],
+        "mbs": s["micro_batch"],
+        "tokens/s": f"{s['tokens_per_s_per_gpu']:,}",
+        "MFU %": f"{100 * s['mfu']:.1f}",
+        "of ceiling %": f"{100 * s['ceiling_fraction']:.1f}",
+        "peak GiB": s["peak_gib"],
+        "max |Δ ref|": s["max_ref_gap"],
+        "loss ok": "yes" if s["loss_ok"] else "NO",
+        "step ms": f"{1000 * s['seconds_per_step']:.1f}",
+    }
+    ms = (s.get("kernels") or {}).get("ms")
+    if ms:
+        out["idle ms"] = f"{1000 * s['seconds_per_step'] - sum(ms.values()):.1f}"
+        out.update({f"{k} ms": f"{ms.get(k, 0.0):.1f}" for k in KERNEL_COLUMNS})
+    return out
+
+
+def lever_rows(record: dict) -> list[dict]:
+    """The lever record's table rows, in the order run."""
+    return [table_row(s) for s in rows(record)]
+
+
+def by_name(record: dict) -> dict[str, dict]:
+    """The record's rows by run name."""
+    return {s["name"]: s for s in rows(record)}
+
+
+def gain(record: dict, name: str, base: str) -> float:
+    """Throughput of run ``name`` over run ``base`` in one record."""
+    runs = by_name(record)
+    return runs[name]["tokens_per_s_per_gpu"] / runs[base]["tokens_per_s_per_gpu"]
+
+
+def h2h_groups(record: dict) -> list[dict]:
+    """The head-to-head's verdict: per run its rounds, median, MFU of the median, spread and
+    ratio to FSDP2 (:func:`helpers.record.flagship_summary.compare`)."""
+    return compare(rows(record))
+
+
+def h2h_rows(record: dict) -> list[dict]:
+    """The verdict as table rows."""
+    return [
+        {
+            "run": g["name"],
+            "rounds": g["rounds"],
+            "valid": "yes" if g["valid"] else "NO",
+            "tokens/s per round": ", ".join(f"{v:,}" for v in g["tokens_per_s_per_gpu"]),
+            "median": f"{g['median']:,.0f}",
+            "MFU % (median)": f"{100 * g['mfu_median']:.1f}",
+            "spread %": f"{100 * g['spread']:.2f}",
+            "vs FSDP2": f"{g['vs_fsdp2']:.4f}",
+        }
+        for g in h2h_groups(record)
+        if g["median"]
+    ]
+
+
+def first_round(record: dict, framework: str) -> dict:
+    """The first valid round of ``framework``'s run (the one with the profile, trace and memory
+    snapshot)."""
+    return next(s for s in rows(record) if s["ok"] and s["framework"] == framework)
+
+
+FP8_WORDS = ("e4m3", "e5m2", "f8", "fp8", "qgmma", "scaled_mm")
+
+
+def fp8_kernels(s: dict, top: int = 6) -> list[tuple[str, float]]:
+    """The profiled step's kernels whose names say FP8 (longest first, ms per step)."""
+    kernels = (s.get("trace") or {}).get("kernels") or {}
+    hits = [(n, ms) for n, ms in kernels.items() if any(w in n.lower() for w in FP8_WORDS)]
+    return sorted(hits, key=lambda kv: -kv[1])[:top]
+
+
+def loss_gap(a: dict, b: dict) -> tuple[float, int]:
+    """(largest |loss_a − loss_b| over the steps both ran, how many steps) of two runs trained on
+    the same batches."""
+    pairs = [(x, y) for x, y in zip(a["losses"], b["losses"]) if x is not None and y is not None]
+    return max(abs(x - y) for x, y in pairs), len(pairs)
+
+
+def fp8_rows(record: dict) -> list[dict]:
+    """The FP8 record: speed, memory, the loss after 20+ steps and its largest gap to bf16's."""
+    runs = rows(record)
+    bf16 = next(s for s in runs if s["ok"] and s.get("fp8") == "none")
+    out = []
+    for s in runs:
+        r = table_row(s)
+        if s["ok"]:
+            gap, n = loss_gap(s, bf16)
+            r = {
+                "run": s["name"],
+                "tokens/s": r["tokens/s"],
+                "vs bf16": f"{s['tokens_per_s_per_gpu'] / bf16['tokens_per_s_per_gpu']:.3f}",
+                "peak GiB": s["peak_gib"],
+                "steps": n,
+                "loss last": s["losses"][-1],
+                "max |Δ loss| vs bf16": f"{gap:.4f}",
+                "matmul ms": r.get("matmul ms", "—"),
+            }
+        out.append(r)
+    return out
+
+
+def model_phases(args: list[str]) -> dict[str, float]:
+    """Chapter 7's memory model (:func:`helpers.cost.memory_llama.predict`) for a recorded run's
+    flags at world size 1, in GiB, keyed like the snapshot's phase ends: "forward" (end of the
+    forward), "backward" (end of the backward), "step" (the optimizer step). With a fused loss
+    (``--fused_ce``) the model's logits and loss terms are left out: that loss keeps no logits."""
+    from helpers.config.layout import TrainLayout
+    from helpers.cost.memory_llama import predict
+    from helpers.train.framework_run import layout_from, parser
+
+    ns = parser().parse_args(args)
+    layout = TrainLayout.from_dict({**layout_from(ns).__dict__, "world": 1})
+    p = predict(layout)
+    fused = ns.fused_ce != "hf"
+    forward = p["phases"]["forward"] - (p["head"] + p["loss"]["forward"] if fused else 0.0)
+    out = {"forward": forward, "backward": p["phases"]["backward_end"], "step": p["phases"]["step"]}
+    return {k: v / 2**30 for k, v in out.items()}
