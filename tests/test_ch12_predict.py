@@ -72,3 +72,16 @@ def test_the_page_quotes_the_computed_errors():
     assert f"stays {round(diag[2]['error % after'])} % high" in page
     assert f"would need {round(diag[5]['model, check applied'])} GiB" in page
     assert "within 34 %" in page and max(meg) < 34
+
+
+def test_the_efficiency_each_run_would_need():
+    page = " ".join(open("book/12_in_practice.md").read().split())
+    got = {r["run"]: r["ε it would need"] for r in pred.implied_rows()}
+    meg = [v for k, v in got.items() if k.startswith("MEG")]
+    assert f"need {min(meg):.2f} to {max(meg):.2f}" in page
+    assert f"BLOOM {got['BLOOM']:.2f}, OPT {got['OPT']:.2f}" in page
+    assert f"DeepSeek-V3 {got['DSV3']:.2f}" in page
+    l3 = [v for k, v in got.items() if k.startswith("L3")]
+    assert min(l3) > 1 and f"would need {min(l3):.2f} to {max(l3):.2f}" in page
+    assert all(v <= 1 for k, v in got.items() if not k.startswith("L3"))
+    assert got[pred.FIT_ON] == round(pred.fitted_eta(), 3)

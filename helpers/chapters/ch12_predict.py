@@ -272,3 +272,13 @@ def diagnostics() -> list[dict]:
         }
     )
     return rows
+
+
+def implied_rows() -> list[dict]:
+    """The ε each run would need for the model to hit its published figure (one bisection per
+    run): how far the fitted constant is from each, and where no ε ≤ 1 could do it."""
+    rows = []
+    for run in (r for r in RUNS if published_figure(r) is not None):
+        eps = fitted_eta(run.key, 0.05, 3.0)
+        rows.append({"run": run.key, "ε it would need": round(eps, 3), "possible": eps <= 1})
+    return rows
