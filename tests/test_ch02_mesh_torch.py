@@ -20,7 +20,7 @@ PAGE = (Path(__file__).resolve().parents[1] / "book" / "02_combining.md").read_t
 
 def test_axes_follow_the_book_order_and_local_shapes_follow_placements():
     assert dm._axes({"tp": 2, "dp": 4}) == ("dp", "tp")
-    assert dm._axes({"dp": 2, "pp": 1, "tp": 2}) == ("dp", "tp")
+    assert dm._axes({"tp": 1, "dp": 2, "pp": 1}) == ("dp", "pp", "tp")
     with pytest.raises(ValueError, match="unknown axes"):
         dm._axes({"ep": 2})
     assert dm.local_shape([32, 8], ["_S(0, 2)", "S(0)"], [2, 2]) == [8, 8]

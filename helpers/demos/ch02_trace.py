@@ -12,15 +12,16 @@ replica, followed by the data-parallel average of every gradient, in two orders:
   gradient is ready, while the backward pass goes on through the earlier blocks, and the step
   waits for all of them at the end (what DDP's buckets do).
 
-For each order the rank runs one warm-up step, then one step under the profiler wrapped in
-``record_function("step")`` after a barrier; both are checked against the unsplit model's
-gradients on the whole batch (fp32 tolerance) or the rank raises. The profiled step becomes a
-:class:`helpers.train.trace.StepTrace` (compute, communication, idle), reported per rank.
+For each order the rank runs one warm-up step, then one step under the profiler
+(:func:`helpers.train.trace.profiled`: a barrier, then the step in ``record_function("step")``);
+both are checked against the unsplit model's gradients on the whole batch (fp32 tolerance) or the
+rank raises. The profiled step becomes a :class:`helpers.train.trace.StepTrace` (compute,
+communication, idle), reported per rank.
 """
 
 import torch
 import torch.distributed as dist
-from torch.profiler import ProfilerActivity, profile, record_function
+from torch.profiler import ProfilerActivity
 
 from helpers.parallel.mesh import RankMesh, process_groups
 from helpers.parallel.pp import split_layers
@@ -29,7 +30,7 @@ from helpers.run import cli
 from helpers.run.env import distributed, emit, say, sync
 from helpers.train.grid3d import compare_shards, pipeline_step
 from helpers.train.reference import global_max, randn, strict_fp32
-from helpers.train.trace import from_profile
+from helpers.train.trace import from_profile, profiled
 
 ORDERS = ("after", "overlap")
 
@@ -88,11 +89,9 @@ def main() -> None:
             )
             step(order)  # warm-up, checked too
             diff = check(order)
-            with profile(activities=activities) as prof:
-                dist.barrier()
-                with record_function("step"):
-                    step(order)
-                    sync(dev)
+            with profiled(activities, "step", first=dist.barrier) as prof:
+                step(order)
+                sync(dev)
             diff = max(diff, check(order))
             for h in hooks:
                 h.remove()

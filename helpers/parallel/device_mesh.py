@@ -26,11 +26,12 @@ from helpers.parallel.vocab import AXES
 
 
 def _axes(sizes: dict[str, int]) -> tuple[str, ...]:
-    """The named axes in the book's order (dp, pp, tp, sp); sizes of 1 are dropped."""
+    """The named axes in the book's order (dp, pp, tp, sp); an axis of size 1 stays (a mesh
+    dimension of one rank), so that ``mesh['dp']`` exists on any world size."""
     unknown = set(sizes) - set(AXES)
     if unknown:
         raise ValueError(f"unknown axes {sorted(unknown)}; the axes are {AXES}")
-    return tuple(a for a in AXES if sizes.get(a, 1) > 1)
+    return tuple(a for a in AXES if a in sizes)
 
 
 def torch_mesh(sizes: dict[str, int], device_type: str):

@@ -27,6 +27,9 @@ operating system's scheduler). :meth:`StepTrace.intervals` gives the disjoint
 
 from __future__ import annotations
 
+import contextlib
+import os
+import sys
 from dataclasses import asdict, dataclass, field
 
 from helpers.train.profiling import is_comm, merged_length
@@ -176,6 +179,42 @@ def from_events(events: list[Event], device: str = "cpu", marker: str = "step") 
     for e in calls:
         names[e[0]] = names.get(e[0], 0) + 1
     return StepTrace(window, compute, [(e[1], e[2]) for e in comm], len(calls), device, names)
+
+
+@contextlib.contextmanager
+def _stderr_muted():
+    """Silence the process's C-level stderr (file descriptor 2) inside the block."""
+    sys.stderr.flush()
+    saved, null = os.dup(2), os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(null, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(null)
+
+
+@contextlib.contextmanager
+def profiled(activities, marker: str = "step", first=None):
+    """A ``torch.profiler.profile`` around the block, the block wrapped in
+    ``record_function(marker)``; yields the profile (read it after the block). ``first`` (e.g.
+    ``dist.barrier``) runs once the profiler has started, before the marker, so that ranks start
+    the step together. Only the profiler's own start and stop lines on stderr (Kineto's
+    "profiler_start" notes) are muted; the step itself is not."""
+    from torch.profiler import profile, record_function
+
+    prof = profile(activities=activities)
+    with _stderr_muted():
+        prof.start()
+    try:
+        if first is not None:
+            first()
+        with record_function(marker):
+            yield prof
+    finally:
+        with _stderr_muted():
+            prof.stop()
 
 
 def profile_events(prof) -> list[Event]:
