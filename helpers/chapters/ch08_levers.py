@@ -9,7 +9,7 @@ the runs' rows (:func:`helpers.record.flagship_levers.row`). The figures are in
 
 from __future__ import annotations
 
-from helpers.record.flagship_levers import MATMUL_CEILING_TFLOPS, row
+from helpers.record.flagship_levers import MATMUL_CEILING_TFLOPS, PARTS, row
 from helpers.record.flagship_summary import compare
 
 # kernel classes shown as columns (helpers.train.profiling.KERNEL_CLASSES), in this order
@@ -184,3 +184,16 @@ def model_phases(args: list[str]) -> dict[str, float]:
     forward = p["phases"]["forward"] - (p["head"] + p["loss"]["forward"] if fused else 0.0)
     out = {"forward": forward, "backward": p["phases"]["backward_end"], "step": p["phases"]["step"]}
     return {k: v / 2**30 for k, v in out.items()}
+
+
+def status(name: str) -> str:
+    """A record's provenance, or that it is not recorded yet and the command that makes it."""
+    from helpers.record import cli
+    from helpers.record.results import describe
+
+    record = recorded(name)
+    if record is not None:
+        return describe(record)
+    part = {v: k for k, v in PARTS.items()}[name]
+    command = cli.command("flagship", ["--record", "--gpus", "1", "--levers", part])
+    return f"{name}: not recorded yet on 1×H200. On a machine with one GPU: {command}"

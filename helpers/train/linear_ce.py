@@ -101,3 +101,24 @@ def chunked_linear_ce(
 def logits_bytes(tokens: int, vocab: int, itemsize: int = 4) -> int:
     """Bytes of the logits of ``tokens`` positions over a ``vocab``-word vocabulary (fp32: 4)."""
     return tokens * vocab * itemsize
+
+
+def ce_check(rows: int = 300, hidden: int = 64, vocab: int = 1000, chunk_rows: int = 64) -> dict:
+    """Relative errors of :func:`chunked_linear_ce` against ``F.cross_entropy(x @ W.T)`` in float64
+    on random data (a tenth of the targets ignored): the loss, ∂x and ∂W."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(rows, hidden, generator=g, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(vocab, hidden, generator=g, dtype=torch.float64, requires_grad=True)
+    t = torch.randint(0, vocab, (rows,), generator=g)
+    t[::10] = IGNORE
+    out = {}
+    for name, fn in (
+        ("chunked", lambda: chunked_linear_ce(x, w, t, chunk_rows)),
+        ("plain", lambda: torch.nn.functional.cross_entropy(x @ w.t(), t)),
+    ):
+        loss = fn()
+        gx, gw = torch.autograd.grad(loss, (x, w))
+        out[name] = (loss.detach(), gx, gw)
+    (a, b) = out["chunked"], out["plain"]
+    rel = [((p - q).norm() / q.norm()).item() for p, q in zip(a, b)]
+    return dict(zip(("loss", "grad_x", "grad_w"), rel))

@@ -1,0 +1,128 @@
+"""The phrases Chapter 8's page quotes from the one-H200 records, recomputed from them.
+
+Used by ``tests/test_one_gpu_pages.py`` (every phrase must be on the page) and when the page's
+section "One H200, one lever per row" is written: no number on it is typed by hand. The records and
+their rows come from :mod:`helpers.chapters.ch08_levers`.
+"""
+
+from __future__ import annotations
+
+from helpers.chapters.ch08_levers import (
+    by_name,
+    ceiling,
+    first_round,
+    h2h_groups,
+    loss_gap,
+    rows,
+)
+from helpers.cost.mfu import H200_BF16_PEAK
+from helpers.record.flagship_levers import BASE_NAME
+
+
+def base_matmul_params(record: dict) -> int:
+    """The flagship's parameters that do matmuls (all but the input embedding), from its record."""
+    run = record["runs"][0]
+    r0 = next(r for r in run["results"] if "params" in r)
+    return r0["params"] - int(run["args"][run["args"].index("--vocab") + 1]) * r0["hidden"]
+
+
+def lever_quotes(record: dict) -> dict[str, str]:
+    """The phrases the page quotes from the lever record, recomputed (tests check the page)."""
+    runs = by_name(record)
+    base = runs[BASE_NAME]
+    out = {"ceiling": f"{ceiling(record)} TFLOP/s"}
+
+    def ms(s, k):
+        return f"{(s.get('kernels') or {}).get('ms', {}).get(k, 0.0):.1f} ms"
+
+    def idle(s):
+        return f"{1000 * s['seconds_per_step'] - sum(s['kernels']['ms'].values()):.1f} ms"
+
+    out["base"] = (
+        f"{base['tokens_per_s_per_gpu']:,} tokens/s, {100 * base['mfu']:.1f} % MFU and "
+        f"{100 * base['ceiling_fraction']:.1f} % of the measured ceiling"
+    )
+    out["base matmul"] = f"{ms(base, 'matmul')} of its {1000 * base['seconds_per_step']:.1f} ms"
+    for name, s in runs.items():
+        if name == BASE_NAME or not s["ok"]:
+            continue
+        out[name] = f"×{s['tokens_per_s_per_gpu'] / base['tokens_per_s_per_gpu']:.3f}"
+        out[name + " mfu"] = f"{100 * s['mfu']:.1f} %"
+        out[name + " peak"] = f"{s['peak_gib']} GiB"
+        out[name + " idle"] = idle(s)
+        for k in ("attention", "cross-entropy", "copy/cast", "elementwise/other", "optimizer"):
+            out[f"{name} {k}"] = ms(s, k)
+        out[name + " triton"] = ms(s, "triton (compiled)")
+        out[name + " seconds"] = f"{s['seconds']} s"
+    out["ceiling share"] = f"{100 * ceiling(record) * 1e12 / H200_BF16_PEAK:.0f} %"
+    # the matmuls' own rate: 6·N FLOPs per token (N without the input embedding) over their time
+    n = base_matmul_params(record)
+    rate = 6 * n * base["global_batch"] * base["seq"] / (base["kernels"]["ms"]["matmul"] / 1000)
+    out["base matmul rate"] = f"{100 * rate / (ceiling(record) * 1e12):.0f} %"
+    out["base peak"] = f"{base['peak_gib']} GiB"
+    out["base idle"] = idle(base)
+    for k in ("attention", "cross-entropy", "copy/cast", "elementwise/other", "optimizer"):
+        out[f"base {k}"] = ms(base, k)
+    out["base triton"] = ms(base, "triton (compiled)")
+    out["base seconds"] = f"{base['seconds']} s"
+    return out
+
+
+def h2h_quotes(record: dict) -> dict[str, str]:
+    """The phrases the page quotes from the head-to-head: medians, spreads, the ratio, and the
+    first Colossal-AI round's trace and memory snapshot."""
+    groups = {g["framework"]: g for g in h2h_groups(record) if g["median"]}
+    c, f = groups["colossal"], groups["fsdp2"]
+    ceil = ceiling(record) * 1e12
+    out = {
+        "colossal median": f"{c['median']:,.0f} tokens/s",
+        "colossal mfu": f"{100 * c['mfu_median']:.1f} %",
+        "colossal all-params mfu": f"{100 * c['mfu_all_params_median']:.1f} %",
+        "fsdp2 median": f"{f['median']:,.0f} tokens/s",
+        "fsdp2 mfu": f"{100 * f['mfu_median']:.1f} %",
+        "colossal spread": f"{100 * c['spread']:.2f} %",
+        "fsdp2 spread": f"{100 * f['spread']:.2f} %",
+        "ratio": f"{c['vs_fsdp2']:.4f}",
+        "rounds": f"{min(c['rounds'], f['rounds'])} rounds",
+        "ceiling fraction": f"{100 * c['mfu_median'] * H200_BF16_PEAK / ceil:.1f} %",
+    }
+    first = first_round(record, "colossal")
+    out["peak"] = f"{first['peak_gib']} GiB"
+    trace = first.get("trace")
+    if trace:
+        out["busy"] = f"{100 * trace['busy']:.1f} %"
+        out["span"] = f"{trace['span_ms']:.1f} ms"
+    snap = first.get("memory_snapshot")
+    if snap:
+        out["snapshot peak"] = f"{snap['peak_gib']:.1f} GiB"
+        for k, v in snap["static_gib"].items():
+            out[f"static {k}"] = f"{v:.1f} GiB"
+    return out
+
+
+def fp8_quotes(record: dict) -> dict[str, str]:
+    """The phrases the page quotes from the FP8 record."""
+    runs = rows(record)
+    bf16 = next(s for s in runs if s["ok"] and s.get("fp8") == "none")
+    fp8 = next((s for s in runs if s["ok"] and s.get("fp8") == "torch"), None)
+    out = {
+        "bf16": f"{bf16['tokens_per_s_per_gpu']:,} tokens/s",
+        "bf16 peak": f"{bf16['peak_gib']} GiB",
+    }
+    if fp8:
+        gap, n = loss_gap(fp8, bf16)
+        out.update(
+            {
+                "fp8": f"{fp8['tokens_per_s_per_gpu']:,} tokens/s",
+                "fp8 ratio": f"×{fp8['tokens_per_s_per_gpu'] / bf16['tokens_per_s_per_gpu']:.3f}",
+                "fp8 peak": f"{fp8['peak_gib']} GiB",
+                "loss gap": f"{gap:.4f}",
+                "steps": f"{n} steps",
+                "bf16 matmul": f"{bf16['kernels']['ms']['matmul']:.1f} ms",
+                "fp8 matmul": f"{fp8['kernels']['ms'].get('matmul', 0.0):.1f} ms",
+            }
+        )
+    failed = [s for s in runs if not s["ok"]]
+    if failed:
+        out["colossal error"] = failed[0]["error"].strip().splitlines()[-1][:160]
+    return out
