@@ -165,12 +165,18 @@ def run(layout, args, env) -> dict:
             from helpers.train.memory_snapshot import trace_intervals
             from helpers.train.profiling import device_events
 
-            profile["trace"] = trace_intervals(device_events(prof, "cuda"))
+            try:  # a figure's data: its failure must not fail the measured run
+                profile["trace"] = trace_intervals(device_events(prof, "cuda"))
+            except Exception as e:  # noqa: BLE001
+                profile["trace"] = {"error": f"{type(e).__name__}: {e}"[:300]}
     memory = None
     if getattr(args, "memory_snapshot", False) and env.is_gpu and plugin is not None:
         from helpers.train.memory_snapshot import step_memory
 
-        memory = step_memory(trainer, args.warmup + args.steps + args.profile, env.device)
+        try:
+            memory = step_memory(trainer, args.warmup + args.steps + args.profile, env.device)
+        except Exception as e:  # noqa: BLE001
+            memory = {"error": f"{type(e).__name__}: {e}"[:300]}
     tokens_per_s = layout.global_batch * layout.seq / seconds
     del trainer, plugin
     return dict(
