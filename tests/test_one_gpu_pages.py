@@ -63,3 +63,57 @@ def test_chapter8_quotes_the_one_gpu_flagship_record():
     )
     gap = abs(speeds[2] - speeds[1]) / max(speeds[1:]) * 100
     assert gap <= 0.15 and "within 0.15 % of each other" in page
+
+
+LEVERS_1 = find("flagship_levers", gpus=1)
+# the phrases of helpers.chapters.ch08_levers_quotes that the page quotes, by record
+LEVER_KEYS = (
+    "ceiling",
+    "ceiling share",
+    "base",
+    "base matmul",
+    "base matmul rate",
+    "base idle",
+    "base peak",
+    "base attention",
+    "base cross-entropy",
+    "base copy/cast",
+    "base optimizer",
+    "base triton",
+    "base seconds",
+    "SDPA backend: cuDNN",
+    "SDPA backend: cuDNN attention",
+    "fused linear CE: Liger-Kernel",
+    "fused linear CE: Liger-Kernel cross-entropy",
+    "fused linear CE: Liger-Kernel copy/cast",
+    "fused linear CE: Liger-Kernel peak",
+    "fused linear CE: Liger-Kernel idle",
+    "fused linear CE: the book's chunked",
+    "fused linear CE: the book's chunked peak",
+    "fused linear CE: the book's chunked copy/cast",
+    "fused linear CE: the book's chunked elementwise/other",
+    "micro-batch 24",
+    "micro-batch 24 peak",
+    "cuDNN + Liger CE + micro-batch 24",
+    "cuDNN + Liger CE + micro-batch 24 mfu",
+    "cuDNN + Liger CE + micro-batch 24 peak",
+    "cuDNN + Liger CE + micro-batch 24 idle",
+    "compile: the whole decoder as one graph",
+    "compile: the whole decoder as one graph triton",
+    "compile: the whole decoder as one graph seconds",
+    "compile: max-autotune-no-cudagraphs",
+    "compile: max-autotune-no-cudagraphs seconds",
+)
+
+
+def _page8() -> str:
+    return " ".join((BOOK / "08_troubleshooting.md").read_text().split())
+
+
+@pytest.mark.skipif(LEVERS_1 is None, reason="no one-GPU lever record")
+def test_chapter8_quotes_the_lever_record():
+    from helpers.chapters.ch08_levers_quotes import lever_quotes
+
+    page, quotes = _page8(), lever_quotes(LEVERS_1)
+    missing = [f"{k}: {quotes[k]}" for k in LEVER_KEYS if quotes[k] not in page]
+    assert not missing, missing
