@@ -41,3 +41,9 @@ def test_megatron_ties_quoted_on_the_page():
     gains = [planner.rank_run(k)["gain %"] for k in ("MEG-76.1B", "MEG-310.1B")]
     assert all(1.6 <= g <= 4.6 for g in gains) and "rows 1.6-4.6 %" in PAGE
     assert planner.rank_run("MEG-310.1B")["published rank"] == 13 and "13th for 310.1 B" in PAGE
+
+
+def test_tensor_parallelism_never_leaves_the_node_in_the_simulation():
+    best = [r for r in planner.scale_rows(False) if "step s" in r]
+    tps = {int(r["layout"].split(" × ")[1].removeprefix("T=")) for r in best}
+    assert max(tps) == 8 and "The planner may choose T = 16, and never does" in PAGE

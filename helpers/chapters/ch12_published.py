@@ -16,7 +16,8 @@ source does not give is ``None``, and what the chapter *assumes* in its place is
 * DSV3: DeepSeek-AI 2024, "DeepSeek-V3 Technical Report", §3.2 (16-way PP with DualPipe, 64-way
   EP over 8 nodes, ZeRO-1 DP, no TP), §3.3 (FP8 mixed precision), §4.2 (61 layers, width 7,168,
   batch ramped to 15,360 sequences of 4K tokens), §1 (180K H800 GPU hours per trillion tokens on
-  2,048 H800s).
+  2,048 H800s); the dense FFN width (18,432) and the vocabulary (129,280; the report says 128K)
+  are the released ``config.json``'s.
 * BLOOM: Le Scao et al. 2022 (BigScience), "BLOOM: A 176B-Parameter Open-Access Multilingual
   Language Model", Table 3 (70 layers, width 14,336, 112 heads, sequence 2,048, global batch
   2,048), §3.4 (384 A100 80 GB, DP 8 × TP 4 × PP 12, ZeRO stage 1, bf16, 156 TFLOP/s per GPU in
@@ -24,7 +25,8 @@ source does not give is ``None``, and what the chapter *assumes* in its place is
   ("BigScience 176B Model", bigscience.notion.site).
 * OPT: Zhang et al. 2022, "OPT: Open Pre-trained Transformer Language Models", Table 1 (175B: 96
   layers, 96 heads, width 12,288, batch 2M tokens), §2.4 (992 A100 80 GB, FSDP with Megatron-LM
-  tensor parallelism, up to 147 TFLOP/s per GPU; the tensor degree is not given).
+  tensor parallelism, up to 147 TFLOP/s per GPU; the tensor degree is not given); the vocabulary
+  of 50,272 is the released checkpoints' (GPT-2's BPE padded).
 * ALPACA: Taori et al. 2023, "Stanford Alpaca", the repository's README ("Fine-tuning"): LLaMA-7B
   on 4 A100 80 GB, FSDP ``full_shard``, bf16, batch 4 per device × 8 accumulation steps = 128,
   max length 512; no throughput is published.
@@ -112,7 +114,7 @@ def _megatron() -> list[Run]:
                 2048,
                 sharding="none (DDP)",
                 schedule="1F1B / interleaved 1F1B (§2.2)" if p > 1 else "-",
-                precision="fp16 mixed",
+                precision="16-bit mixed (§5)",
                 reported={"TFLOP/s per GPU": tflops, "% of peak": pct, "aggregate PFLOP/s": agg},
                 counting="hardware FLOPs, eq. (3), recomputation included",
                 assumed={"micro-batch": 1, "recompute": True},
