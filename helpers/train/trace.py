@@ -32,7 +32,7 @@ import os
 import sys
 from dataclasses import asdict, dataclass, field
 
-from helpers.train.profiling import is_comm, merged_length
+from helpers.train.profiling import device_events, is_comm, merged_length
 
 Span = tuple[float, float]
 
@@ -235,8 +235,13 @@ def profile_events(prof) -> list[Event]:
 
 
 def from_profile(prof, device: str = "cpu", marker: str = "step") -> StepTrace:
-    """:func:`from_events` of a finished ``torch.profiler.profile``."""
-    return from_events(profile_events(prof), device, marker)
+    """:func:`from_events` of a finished ``torch.profiler.profile``; on CUDA its kernels are the
+    ones :func:`helpers.train.profiling.device_events` picks."""
+    if device != "cuda":
+        return from_events(profile_events(prof), device, marker)
+    base = prof.profiler.kineto_results.trace_start_ns() / 1e3
+    kernels = [(n, base + a, base + b, 0, True) for n, a, b in device_events(prof, "cuda")]
+    return from_events(kernels, device, marker)
 
 
 def chrome_events(trace: dict) -> list[Event]:
