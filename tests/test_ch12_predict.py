@@ -85,3 +85,16 @@ def test_the_efficiency_each_run_would_need():
     assert min(l3) > 1 and f"would need {min(l3):.2f} to {max(l3):.2f}" in page
     assert all(v <= 1 for k, v in got.items() if not k.startswith("L3"))
     assert got[pred.FIT_ON] == round(pred.fitted_eta(), 3)
+
+
+def test_the_page_quotes_the_computed_shares():
+    page = " ".join(open("book/12_in_practice.md").read().split())
+    rows = {r["run"]: r for r in pred.error_rows()}
+    assert "ep 39%" in rows["DSV3"]["shares"] and "would be 39 % of the step" in page
+    bubbles = [
+        round(100 * pred.predicted_figure(pred.by_key(k), pred.fitted_eta())["shares"]["bubble"])
+        for k in ("L3-8K GPUs", "L3-16K GPUs")
+    ]
+    assert bubbles == [32, 48] and "= 32 % and 48 % of the step" in page
+    l3 = [rows[k]["error %"] for k in rows if k.startswith("L3")]
+    assert -50 < min(l3) and max(l3) < -33 and "under-predicted by a third to a half" in page
