@@ -96,13 +96,17 @@ def test_a_real_profile_and_its_chrome_export_agree(tmp_path):
 def test_expected_collectives():
     assert ch02_trace.expected_collectives(4, tp=2, dp=2) == 7 + 16
     assert ch02_trace.expected_collectives(4, tp=1, dp=2) == 16
-    assert ch02_trace.expected_collectives(4, tp=2, dp=1, pp=2) == 3
+    # measured with --tp 2 --pp 2 on 4 ranks: stage 0 has 3 all-reduces, a send and a recv;
+    # stage 1 has 4 all-reduces (its input needs a gradient), a recv and a send
+    assert ch02_trace.expected_collectives(4, tp=2, dp=1, pp=2, stage=0) == 5
+    assert ch02_trace.expected_collectives(4, tp=2, dp=1, pp=2, stage=1) == 6
+    assert ch02_trace.expected_collectives(6, tp=1, dp=1, pp=3, stage=1) == 4
 
 
 def test_chapter2_step_trace_on_4_ranks():
     results = ch02_trace.run().results
     facts = ch02_trace.check(results)  # gradients, collective counts, the two orders
-    assert facts["collectives per rank and step"] == 23
+    assert facts["collectives per rank and step"] == "23"
     assert ch02_trace.totals(results, "overlap")["overlapped_ms"] > 0
     fig = ch02_trace.figure(results)
     assert len(fig.axes) == 2 and len(fig.axes[0].get_yticks()) == 8
