@@ -28,7 +28,8 @@ def book_mesh() -> RankMesh:
 def check(results: list[dict]) -> dict:
     """Raise unless both meshes give RankMesh's coordinates and groups on every rank, the groups
     are real (all-reduce sums), torch holds Colossal-AI's group objects when wrapped, and FSDP2 +
-    tensor parallel matched the unsplit model; return the exact facts the notebook prints."""
+    tensor parallel matched the unsplit model, on torch's mesh and on Colossal-AI's groups; return
+    the exact facts the notebook prints."""
     mesh = book_mesh()
     if sorted(r["rank"] for r in results) != list(range(NPROC)):
         raise AssertionError(f"expected one result from each of {NPROC} ranks")
@@ -41,8 +42,10 @@ def check(results: list[dict]) -> dict:
             assert r["torch_groups"][a] == group == r["colossal_groups"][a], (r["rank"], a)
             assert r["sums"][a] == sum(group), (r["rank"], a)
         assert r["same_group_objects"], r["rank"]
-        assert r["losses"] == r["ref_losses"], r["rank"]
-        assert r["max_grad_diff"] <= TOLERANCE and r["max_weight_diff"] <= TOLERANCE, r["rank"]
+        for run in (r, r["on_colossal_groups"]):
+            assert run["losses"] == r["ref_losses"], r["rank"]
+            assert run["max_grad_diff"] <= TOLERANCE, r["rank"]
+            assert run["max_weight_diff"] <= TOLERANCE, r["rank"]
     return {
         "ranks": len(results),
         "axes": results[0]["axes"],
@@ -50,6 +53,9 @@ def check(results: list[dict]) -> dict:
         "same group objects": all(r["same_group_objects"] for r in results),
         "losses": results[0]["losses"],
         "losses equal the unsplit model's": all(r["losses"] == r["ref_losses"] for r in results),
+        "the same on Colossal-AI's groups": all(
+            r["on_colossal_groups"]["losses"] == r["ref_losses"] for r in results
+        ),
     }
 
 

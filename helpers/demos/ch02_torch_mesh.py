@@ -10,9 +10,10 @@ that torch holds the very same group objects, and splits a 4 × 4 matrix as a ``
 axes.
 
 Finally it trains Chapter 2's Megatron MLP stack with torch's tensor parallel over ``tp`` and FSDP2
-over ``dp`` (:func:`helpers.parallel.device_mesh.shard_2d`): replica r_D trains on its rows of the
-global batch; each step the loss, every gathered gradient and, after SGD, every gathered weight
-must equal the unsplit model's on the whole batch (fp32 tolerance), or the rank raises.
+over ``dp`` (:func:`helpers.parallel.device_mesh.shard_2d`), twice: on torch's mesh and on the mesh
+that wraps Colossal-AI's groups. Replica r_D trains on its rows of the global batch; each step the
+loss, every gathered gradient and, after SGD, every gathered weight must equal the unsplit model's
+on the whole batch (fp32 tolerance), or the rank raises.
 """
 
 import logging
@@ -46,6 +47,46 @@ def _reference_of(name: str, full, what: str) -> torch.Tensor:
 def _checked(when: str, got: dict[str, torch.Tensor], full, what: str) -> float:
     """Max |difference| of every gathered tensor from the unsplit model's; raises if outside."""
     return max(check_close(f"{when} {n}", t, _reference_of(n, full, what)) for n, t in got.items())
+
+
+def _train_2d(mesh, args, device) -> dict:
+    """Chapter 2's MLP stack with tensor parallel over ``mesh['tp']`` and FSDP2 over
+    ``mesh['dp']``, ``args.steps`` SGD steps, every loss, gathered gradient and weight checked
+    against the unsplit model on the whole batch (raises if one differs)."""
+    full = mlp_blocks(args.layers, args.hidden, args.seed, device)
+    model = dm.shard_2d(dm.Stack(full), mesh)
+    opt = torch.optim.SGD(model.parameters(), lr=args.lr)
+    dp, r_d, rows = mesh["dp"].size(), mesh["dp"].get_local_rank(), args.rows
+    out = {"losses": [], "ref_losses": [], "grad_diffs": [], "weight_diffs": []}
+    for step in range(args.steps):
+        x = randn(dp * rows, args.hidden, seed=1000 + step, device=device)  # (D·rows, h)
+        y = randn(dp * rows, args.hidden, seed=2000 + step, device=device)
+        mine = slice(r_d * rows, (r_d + 1) * rows)
+        loss = F.mse_loss(model(x[mine]), y[mine])  # this replica's mean
+        loss.backward()
+        ref = x
+        for p in full:
+            ref = mlp_block(ref, p)
+        ref = F.mse_loss(ref, y)
+        ref.backward()
+        mean = loss.detach().clone()
+        dist.all_reduce(mean, group=mesh["dp"].get_group())
+        mean /= dp  # equal rows per replica: the mean of the means is the global mean
+        check_close(f"step {step} loss", mean, ref)
+        out["losses"].append(sig(mean.item()))
+        out["ref_losses"].append(sig(ref.item()))
+        grads = dm.unsplit_grads(model)
+        out["grad_diffs"].append(_checked(f"step {step} grad", grads, full, "grad"))
+        opt.step()
+        opt.zero_grad()
+        with torch.no_grad():
+            for t in (t for p in full for t in p.values()):
+                t -= args.lr * t.grad
+                t.grad = None
+        weights = dm.unsplit_params(model)
+        out["weight_diffs"].append(_checked(f"after step {step}", weights, full, "data"))
+    out["placements"] = dm.placements(model)
+    return out
 
 
 def main() -> None:
@@ -85,40 +126,12 @@ def main() -> None:
         piece = distribute_tensor(whole, mesh, [Shard(0), Shard(1)])
         assert torch.equal(piece.full_tensor(), whole)
 
-        # FSDP2 over dp + tensor parallel over tp, against the unsplit stack
-        full = mlp_blocks(args.layers, args.hidden, args.seed, env.device)
-        model = dm.shard_2d(dm.Stack(full), mesh)
-        layout = dm.placements(model)
-        opt = torch.optim.SGD(model.parameters(), lr=args.lr)
-        r_d, rows = mesh["dp"].get_local_rank(), args.rows
-        losses, ref_losses, grad_diffs, weight_diffs = [], [], [], []
-        for step in range(args.steps):
-            x = randn(sizes["dp"] * rows, args.hidden, seed=1000 + step, device=env.device)
-            y = randn(sizes["dp"] * rows, args.hidden, seed=2000 + step, device=env.device)
-            mine = slice(r_d * rows, (r_d + 1) * rows)
-            loss = F.mse_loss(model(x[mine]), y[mine])  # (rows, h): this replica's mean
-            loss.backward()
-            out = x
-            for p in full:
-                out = mlp_block(out, p)
-            ref = F.mse_loss(out, y)
-            ref.backward()
-            mean = loss.detach().clone()
-            dist.all_reduce(mean, group=mesh["dp"].get_group())
-            mean /= sizes["dp"]  # equal rows per replica: the mean of means is the global mean
-            check_close(f"step {step} loss", mean, ref)
-            losses.append(sig(mean.item()))
-            ref_losses.append(sig(ref.item()))
-            grads = dm.unsplit_grads(model)
-            grad_diffs.append(_checked(f"step {step} grad", grads, full, "grad"))
-            opt.step()
-            opt.zero_grad()
-            with torch.no_grad():
-                for t in (t for p in full for t in p.values()):
-                    t -= args.lr * t.grad
-                    t.grad = None
-            weights = dm.unsplit_params(model)
-            weight_diffs.append(_checked(f"after step {step}", weights, full, "data"))
+        # FSDP2 over dp + tensor parallel over tp, against the unsplit stack: on torch's mesh,
+        # then on the mesh that wraps Colossal-AI's groups
+        trained = _train_2d(mesh, args, env.device)
+        on_colossal = _train_2d(bridged, args, env.device)
+        losses, ref_losses = trained["losses"], trained["ref_losses"]
+        grad_diffs, weight_diffs = trained["grad_diffs"], trained["weight_diffs"]
         if env.rank == 0:
             say(f"G = {env.world_size} = D {sizes['dp']} x T {args.tp} ({env.backend}); {mesh}")
             for step in range(args.steps):
@@ -127,6 +140,10 @@ def main() -> None:
                     f"gradients within {grad_diffs[step]:.1e}, weights within "
                     f"{weight_diffs[step]:.1e}"
                 )
+            say(
+                f"the same on Colossal-AI's groups: losses {on_colossal['losses']}, gradients "
+                f"within {max(on_colossal['grad_diffs']):.1e}"
+            )
             say("OK: FSDP2 + tensor parallel on the 2-D DeviceMesh match the unsplit model")
         emit(
             axes=list(axes),
@@ -138,15 +155,20 @@ def main() -> None:
             same_group_objects=same_objects,
             dtensor_local=piece.to_local().tolist(),
             dtensor_placements=[str(p) for p in piece.placements],
-            placements=layout,
+            placements=trained["placements"],
             losses=losses,
             ref_losses=ref_losses,
             max_grad_diff=max(grad_diffs),
             max_weight_diff=max(weight_diffs),
+            on_colossal_groups={
+                "losses": on_colossal["losses"],
+                "max_grad_diff": max(on_colossal["grad_diffs"]),
+                "max_weight_diff": max(on_colossal["weight_diffs"]),
+            },
             backend=env.backend,
             world_size=env.world_size,
         )
-        del model, opt, bridged, mesh
+        del trained, on_colossal, bridged, mesh
         pg_mesh.destroy_mesh_process_groups()
 
 
