@@ -114,6 +114,7 @@ def moe_prediction(run: Run, eta: float) -> dict:
     return {
         "step_s": step,
         "tokens/s/GPU": tokens / run.gpus / step,
+        "mfu": tokens / run.gpus / step * shape.flops_per_token() / hw.peak_flops,
         "memory GiB": states / GIB,  # model states only: no activation model for MLA
         "shares": {
             "compute": ep["compute_s"] / step,
@@ -142,13 +143,13 @@ def predicted_figure(run: Run, eta: float) -> dict:
         "recompute": plan.recompute,
     }
     out["tokens/s/GPU"] = batch_of(run) * run.seq / run.gpus / plan.step_s
+    shape = replace(run.model, seq_len=run.seq)
+    out["mfu"] = step_mfu(plan, shape, batch_of(run), hw, run.seq, run.gpus)
     if "BF16 MFU %" in run.reported:
-        shape = replace(run.model, seq_len=run.seq)
-        mfu = step_mfu(plan, shape, batch_of(run), hw, run.seq, run.gpus)
         return {
             "figure": "BF16 MFU %",
             "published": published_figure(run),
-            "predicted": 100 * mfu,
+            "predicted": 100 * out["mfu"],
             **out,
         }
     if "TFLOP/s per GPU" in run.reported:
@@ -216,6 +217,8 @@ def error_rows(eta: float | None = None) -> list[dict]:
                 else f"{p['memory GiB']:.1f} (states only)",
                 "memory published": f"{pub_mem} GB" if pub_mem else "-",
                 "step s (model)": round(p["step_s"], 2),
+                "tokens/s/GPU (model)": round(p["tokens/s/GPU"]),
+                "MFU % (model)": round(100 * p["mfu"], 1),
                 "no-bubble": "-"
                 if p["predicted"] is None
                 else round(p["predicted"] / (1 - bub), 1),
