@@ -128,3 +128,12 @@ def test_exercise_nine():
     zigzag = [sum(w) for w in cp.step_work(4, "zigzag")]
     assert contiguous == [3, 7, 11, 15] and zigzag == [9] * 4 and sum(contiguous) == 36
     assert "3, 7, 11 and 15" in PAGE and "work of 36" in PAGE
+
+
+def test_page_claims_about_the_overlap_thresholds():
+    rows = cp_show.overlap_rows()
+    nvlink = [float(r[k].replace(",", "")) for r in rows[:2] for k in r if k.startswith("s/S")]
+    ib = [float(r[k].replace(",", "")) for r in rows[2:] for k in r if k.startswith("s/S")]
+    assert max(nvlink) < 10_000  # "inside a node a few thousand tokens per GPU suffice"
+    assert 10_000 < max(ib) < 100_000  # "across nodes ... the ring needs tens of thousands"
+    assert "Inside a node a few thousand tokens per GPU suffice" in PAGE
