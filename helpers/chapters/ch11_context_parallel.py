@@ -73,13 +73,14 @@ QUESTIONS = [
         "(50 GB/s). Causal, zigzag, no grouped-query attention, bf16: at least how many tokens "
         "per rank does a ring step need so that its attention hides the transfer?",
         "A zigzag step computes half of 4·n²·d FLOPs per head and sends 2·n·d·2 bytes per head: "
-        "n ≥ 2·F/B = {value} tokens. Over NVLink (450 GB/s) it is 4,398.",
+        "n ≥ 2·F/B = {value}. Over NVLink (450 GB/s) it is 4,398.",
         "What limits each, and when to combine them",
         lambda: overlap_tokens(
             H200_BF16_PEAK, NOMINAL_LINKS["ib_ndr"].bandwidth_bytes_per_s, 2, 1.0, 0.5
         ),
         39_580,
         "tokens",
+        fmt="{:,.0f}",
     ),
     Question(
         "c9-ulysses-or-ring",
