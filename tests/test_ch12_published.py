@@ -79,3 +79,19 @@ def test_assumptions_are_marked_in_the_table():
     row = layout_row(by_key("OPT"))
     assert row["TP"] == "8*" and row["DP"] == "124*"
     assert layout_row(by_key("L3-8K GPUs"))["TP"] == 8
+
+
+def test_hardware_presets_carry_the_stated_figures():
+    """Datasheet peaks and the per-GPU links the papers give (helpers.cost.hardware docstring)."""
+    gb = 1e9
+    assert PRESETS["selene"].peak_flops == A100_BF16_PEAK == 312e12
+    assert PRESETS["meta-h100"].peak_flops == PRESETS["deepseek-h800"].peak_flops == H100_BF16_PEAK
+    assert PRESETS["selene"].inter.bandwidth_bytes_per_s == 25 * gb  # 200 Gb/s HDR per GPU
+    assert PRESETS["jean-zay"].inter.bandwidth_bytes_per_s == 4 * 100 / 8 / 8 * gb  # 4 × 100 Gb/s
+    assert PRESETS["meta-h100"].inter.bandwidth_bytes_per_s == 400 / 8 * gb  # 400 Gb/s RoCE
+    h800 = PRESETS["deepseek-h800"]
+    assert (h800.intra.bandwidth_bytes_per_s, h800.inter.bandwidth_bytes_per_s) == (
+        160 * gb,
+        50 * gb,
+    )
+    assert all(hw.gpus_per_node == 8 and hw.memory_gib == 80 for hw in PRESETS.values())
