@@ -73,6 +73,9 @@ def test_cuda_classification_uses_kernels_and_nccl_names():
     n = t.numbers()
     assert n["overlapped_ms"] == pytest.approx(0.005) and n["exposed_ms"] == pytest.approx(0.015)
     assert n["idle_ms"] == pytest.approx(0.005)
+    # with the marker's range on the GPU, that range is the window and not a kernel
+    marked = trace.from_events(events + [("step", 5.0, 65.0, 7, True)], "cuda")
+    assert marked.window == (5.0, 65.0) and marked.numbers()["idle_ms"] == pytest.approx(0.015)
     with pytest.raises(ValueError, match="CUDA kernel"):
         trace.from_events(events[:1], "cuda")
 

@@ -154,13 +154,20 @@ Event = tuple[str, float, float, int, bool]
 
 def from_events(events: list[Event], device: str = "cpu", marker: str = "step") -> StepTrace:
     """Classify a trace's events (see the module docstring); the window is the ``marker`` range
-    (on CUDA: the first to the last kernel when no marker encloses them)."""
+    (on CUDA its range on the GPU, or the first to the last kernel when there is none)."""
     marks = [e for e in events if e[0] == marker and not e[4]]
     if device == "cuda":
-        kernels = [e for e in events if e[4]]
+        # the marker's range on the GPU (Kineto records a record_function there too) is the
+        # window, not a kernel
+        gpu_marks = [e for e in events if e[4] and e[0] == marker]
+        kernels = [e for e in events if e[4] and e[0] != marker]
         if not kernels:
             raise ValueError("no CUDA kernel in the trace (profile with ProfilerActivity.CUDA)")
-        window = (min(e[1] for e in kernels), max(e[2] for e in kernels))
+        window = (
+            (gpu_marks[0][1], gpu_marks[0][2])
+            if gpu_marks
+            else (min(e[1] for e in kernels), max(e[2] for e in kernels))
+        )
         comm = [e for e in kernels if is_comm(e[0])]
         compute = [(e[1], e[2]) for e in kernels if not is_comm(e[0])]
         calls = comm
