@@ -36,7 +36,7 @@ def kernel_figure(rows: list[dict]):
     """One stacked bar per run: its profiled step's milliseconds per 1,000 tokens by kernel class,
     idle last (the step time no kernel covered)."""
     ok = [s for s in rows if s["ok"] and s.get("kernels")]
-    fig, ax = plt.subplots(figsize=(8.5, 0.42 * len(ok) + 1.4), dpi=DPI)
+    fig, ax = plt.subplots(figsize=(8.5, 0.42 * len(ok) + 2.0), dpi=DPI)
     names = [s["name"][:46] for s in ok]
     left = [0.0] * len(ok)
     colours = list(RANK_COLOURS) + ["#999999"]
@@ -47,11 +47,12 @@ def kernel_figure(rows: list[dict]):
             step = 1000 * s["seconds_per_step"]
             v = step - sum(ms.values()) if k == "idle" else ms.get(k, 0.0)
             vals.append(max(v, 0.0) / (s["micro_batch"] * s["seq"] / 1000))
-        ax.barh(names, vals, left=left, color=colours[i % len(colours)], label=k)
+        colour, edge = ("#EEEEEE", "#999999") if k == "idle" else (colours[i % len(colours)], None)
+        ax.barh(names, vals, left=left, color=colour, edgecolor=edge, label=k)
         left = [a + b for a, b in zip(left, vals)]
     ax.invert_yaxis()
     ax.set_xlabel("ms per 1,000 tokens (profiled step)")
-    ax.legend(ncol=3, fontsize=7, loc="lower right")
+    ax.legend(ncol=5, fontsize=7, loc="upper center", bbox_to_anchor=(0.4, -0.14))
     fig.tight_layout()
     return fig
 

@@ -45,6 +45,13 @@ LEVERS = [  # (name, the flags added to BASE): one lever each, then the levers t
         ["--micro_batch", "32", "--recompute_layers", "4"],
     ),
     ("optimizer: Colossal-AI HybridAdam", ["--optim", "hybrid_adam"]),
+    (
+        "cuDNN + Liger CE + micro-batch 48",
+        "--sdpa cudnn --fused_ce liger --micro_batch 48 --trace --memory_snapshot".split(),
+    ),
+]
+LEVERS_FSDP2 = [  # plain PyTorch given the same levers: the same model, data and precision
+    ("FSDP2: cuDNN + Liger CE + micro-batch 48", "--sdpa cudnn --fused_ce liger --micro_batch 48"),
 ]
 # the levers that won (flagship_levers.json), with the micro-batch the fused loss makes room for
 BEST = "--sdpa cudnn --fused_ce liger --micro_batch 48".split()
@@ -70,7 +77,12 @@ FP8_RUNS = [
         + ["--plugin_kw", "use_fp8=True"],
     ),
 ]
-NAMES = (BASE_NAME, *(n for n, _ in LEVERS), *(n for n, _ in H2H), *(n for n, _ in FP8_RUNS))
+NAMES = (
+    BASE_NAME,
+    *(n for n, _ in LEVERS + LEVERS_FSDP2),
+    *(n for n, _ in H2H),
+    *(n for n, _ in FP8_RUNS),
+)
 PARTS = {"levers": "flagship_levers", "h2h": "flagship_levers_h2h", "fp8": "flagship_fp8"}
 BULKY = ("trace", "memory_snapshot", "losses", "kernels")  # not printed, only saved
 MATMUL_CEILING_TFLOPS = 790.0  # the default when no GPU measured it (KINDS.md's H200 reading)
@@ -80,6 +92,7 @@ def runs_of(part: str, quick: bool = False) -> list[tuple[str, list[str], float]
     """(name, demo args, timeout_s) of a part, in the order run."""
     if part == "levers":
         chosen = [(BASE_NAME, BASE)] + [(n, BASE + a) for n, a in LEVERS]
+        chosen += [(n, FSDP2 + TUNED + a.split()) for n, a in LEVERS_FSDP2]
     elif part == "h2h":
         chosen = [(f"{n}{ROUND}{k}", a) for k in range(1, ROUNDS + 1) for n, a in H2H]
         # the flagship's trace and memory snapshot: after the timed steps of its first round;
