@@ -103,6 +103,22 @@ LEVER_KEYS = (
     "compile: the whole decoder as one graph seconds",
     "compile: max-autotune-no-cudagraphs",
     "compile: max-autotune-no-cudagraphs seconds",
+    "best",
+    "best tokens",
+    "best mfu",
+    "best needed tokens",
+    "best gap to 60",
+    "best step",
+    "best matmul share",
+    "best matmul rate",
+    "best rest",
+    "best attention",
+    "best triton (compiled)",
+    "best optimizer",
+    "best copy/cast",
+    "best idle",
+    "base matmul share",
+    "base amdahl",
 )
 
 

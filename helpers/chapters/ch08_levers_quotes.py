@@ -17,6 +17,7 @@ from helpers.chapters.ch08_levers import (
 )
 from helpers.cost.mfu import H200_BF16_PEAK
 from helpers.record.flagship_levers import BASE_NAME
+from helpers.train.fp8 import step_speedup
 
 
 def base_matmul_params(record: dict) -> int:
@@ -80,6 +81,9 @@ def lever_quotes(record: dict) -> dict[str, str]:
     for k in ("attention", "triton (compiled)", "optimizer", "copy/cast"):
         out[f"best {k}"] = f"{kms.get(k, 0.0):.1f} ms"
     out["best idle"] = idle(best)
+    share = base["kernels"]["ms"]["matmul"] / (1000 * base["seconds_per_step"])
+    out["base matmul share"] = f"{100 * share:.0f} %"
+    out["base amdahl"] = f"{step_speedup(share, 2.0):.2f}×"
     out["base peak"] = f"{base['peak_gib']} GiB"
     out["base idle"] = idle(base)
     for k in ("attention", "cross-entropy", "copy/cast", "elementwise/other", "optimizer"):
