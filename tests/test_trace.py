@@ -114,3 +114,33 @@ def test_chapter2_step_trace_on_4_ranks():
     fig = ch02_trace.figure(results)
     assert len(fig.axes) == 2 and len(fig.axes[0].get_yticks()) == 8
     assert {r["order"] for r in ch02_trace.rows(results)} == set(ch02_trace.ORDERS)
+
+
+def test_cuda_profile_leaves_out_the_ranges_record_function_puts_on_the_gpu():
+    from types import SimpleNamespace as NS
+
+    from torch.autograd import DeviceType
+
+    def ev(name, a, b, dev=DeviceType.CUDA, note=False):
+        return NS(
+            name=name,
+            time_range=NS(start=a, end=b),
+            device_type=dev,
+            thread=0,
+            is_user_annotation=note,
+        )
+
+    events = [
+        ev("step", 0.0, 5.0, DeviceType.CPU, note=True),  # the CPU side
+        ev("step", 8.0, 70.0, note=True),  # the same range on the GPU: the window
+        ev("FSDP::all_gather", 9.0, 69.0, note=True),  # an annotation, not a kernel
+        ev("sm90_xmma_gemm_bf16", 10.0, 30.0),
+        ev("ncclDevKernel_AllGather_RING_LL", 25.0, 45.0),
+    ]
+    kineto = NS(trace_start_ns=lambda: 1_000_000)  # 1000 µs
+    prof = NS(events=lambda: events, profiler=NS(kineto_results=kineto))
+    t = trace.from_profile(prof, "cuda")
+    assert t.window == (1008.0, 1070.0) and t.collectives == 1
+    n = t.numbers()
+    assert n["compute_ms"] == pytest.approx(0.020) and n["communication_ms"] == pytest.approx(0.020)
+    assert n["idle_ms"] == pytest.approx(0.062 - 0.035)

@@ -65,13 +65,19 @@ def split(events: list[tuple[str, float, float]]) -> dict:
     }
 
 
-def device_events(prof, device: str) -> list[tuple[str, float, float]]:
+def device_events(prof, device: str, annotations: bool = True) -> list[tuple[str, float, float]]:
     """(name, start, end) in µs of the kernels (cuda) or the aten/c10d operators (cpu) of a
-    profile."""
+    profile.
+
+    On CUDA, Kineto also records each ``record_function`` range that launched GPU work as a range
+    on the GPU (a user annotation, e.g. FSDP2's ``FSDP::...`` labels); ``annotations=False``
+    leaves those out, so that only kernels remain (:mod:`helpers.train.trace`)."""
     from torch.autograd import DeviceType
 
     out = []
     for e in prof.events():
+        if not annotations and getattr(e, "is_user_annotation", False):
+            continue
         if device == "cuda" and e.device_type == DeviceType.CUDA:
             out.append((e.name, e.time_range.start, e.time_range.end))
         elif (

@@ -243,12 +243,20 @@ def profile_events(prof) -> list[Event]:
 
 def from_profile(prof, device: str = "cpu", marker: str = "step") -> StepTrace:
     """:func:`from_events` of a finished ``torch.profiler.profile``; on CUDA its kernels are the
-    ones :func:`helpers.train.profiling.device_events` picks."""
+    ones :func:`helpers.train.profiling.device_events` picks (without the ranges that
+    ``record_function`` leaves on the GPU), and the marker's range on the GPU is the window."""
     if device != "cuda":
         return from_events(profile_events(prof), device, marker)
+    from torch.autograd import DeviceType
+
     base = prof.profiler.kineto_results.trace_start_ns() / 1e3
-    kernels = [(n, base + a, base + b, 0, True) for n, a, b in device_events(prof, "cuda")]
-    return from_events(kernels, device, marker)
+    kernels = [(n, base + a, base + b, 0, True) for n, a, b in device_events(prof, "cuda", False)]
+    marks = [
+        (e.name, base + e.time_range.start, base + e.time_range.end, 0, True)
+        for e in prof.events()
+        if e.device_type == DeviceType.CUDA and e.name == marker
+    ]
+    return from_events(kernels + marks, device, marker)
 
 
 def chrome_events(trace: dict) -> list[Event]:
