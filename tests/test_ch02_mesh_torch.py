@@ -75,3 +75,18 @@ def test_questions(q):
 def test_bank_size():
     assert len(QUESTIONS) >= 4 and sum(q.numeric for q in QUESTIONS) >= 2
     assert len({q.id for q in QUESTIONS}) == len(QUESTIONS)
+
+
+def test_page_exercise_answers_on_torch_mesh_and_trace():
+    from helpers.chapters.ch02_trace import expected_collectives
+    from helpers.parallel.mesh import RankMesh
+
+    mesh = RankMesh(dp=4, tp=2)  # init_device_mesh((4, 2)) and ProcessGroupMesh(4, 2) alike
+    assert (mesh.coords(5)["dp"], mesh.coords(5)["tp"]) == (2, 1)
+    assert mesh.group_of(5, "tp") == [4, 5] and mesh.group_of(5, "dp") == [1, 3, 5, 7]
+    assert "rank 5 is $(r_D, r_T) = (2, 1)$: tensor group {4, 5}, data group {1, 3, 5, 7}" in (
+        PAGE.replace("Rank 5", "rank 5")
+    )
+    assert expected_collectives(8, tp=2, dp=2) == 47 == 15 + 32
+    assert expected_collectives(8, tp=2, dp=1) == 15 and expected_collectives(8, tp=1, dp=2) == 32
+    assert "**Exercise 9.** 47: 15 tensor-parallel all-reduces" in PAGE
