@@ -1,0 +1,223 @@
+"""Chapter 1's "Pipeline schedules": the glue that notebook 01 and its tests call.
+
+One launch of ``helpers/demos/ch01_pp_schedules.py`` on P = 4 ranks runs GPipe, 1F1B,
+interleaved 1F1B, ZB-H1 and Colossal-AI's ZB-V order (each checked against the unsplit model
+inside the demo), then Colossal-AI's own interleaved and zbv pipelines as far as they go. Here
+the recorded events become the measured bubble beside its formula (:func:`summary`,
+:func:`bubble_rows`, :func:`check_lines`), the timelines (:func:`figure`, :func:`wall_figure`)
+and the table of what Colossal-AI did (:func:`colossal_rows`).
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import matplotlib.pyplot as plt
+
+from helpers.notebook.measured import approx
+from helpers.notebook.plots_timeline import KIND_COLOURS, idle_fraction, timeline
+from helpers.parallel.pp_schedules import (
+    KIND_NAMES,
+    SCHEDULES,
+    V_SHAPED,
+    build,
+    idle_share,
+    in_flight,
+    simulate,
+    with_imbalance,
+)
+from helpers.run.env import gpu_count
+from helpers.run.launch import launch
+
+DEMO = "ch01_pp_schedules"
+STAGES = 4  # the demo's P (its m = 8 and c = 2 are its defaults)
+GPU_ARGS = ["--hidden", "4096", "--micro-batch", "1024"]  # enough work per message on a GPU
+# The stage clock's idle share of the least-disturbed run lies between the bubble less BELOW (no
+# order beats the bubble; BELOW allows for noise) and the bubble corrected for the measured
+# imbalance of the stages' work (helpers.parallel.pp_schedules.with_imbalance) plus ABOVE: costs
+# are measured, not equal, and a computation slowed on the critical path makes later stages wait.
+BELOW, ABOVE = 0.03, 0.06
+# The wall clock adds message latency (and, with fewer cores than stages, the operating system's
+# time-sharing) to the stage clock; it may fall below the stage clock by at most this much.
+WALL_SLACK = 0.05
+COMPUTE = set(KIND_NAMES.values())
+NAMES = SCHEDULES + V_SHAPED
+
+
+def args(gpus: int) -> list[str]:
+    """The demo's arguments: Colossal-AI's part too, and larger matrices where every stage has a
+    GPU (on a CPU the defaults: h = 512, 64 samples per micro-batch, 4 blocks per chunk)."""
+    return ["--colossal"] + (GPU_ARGS if gpus >= STAGES else [])
+
+
+def run(gpus: int | None = None):
+    """The launch notebook 01 makes; within one test run (:mod:`helpers.run.shared`) the tests
+    and the notebook share it."""
+    gpus = gpu_count() if gpus is None else gpus
+    return launch(DEMO, STAGES, args(gpus), timeout_s=600, show="none")
+
+
+def per_schedule(results: list[dict]) -> dict[str, list[dict]]:
+    """Each schedule's results, one per rank, in rank order."""
+    out: dict[str, list[dict]] = {}
+    for r in sorted(results, key=lambda r: r["rank"]):
+        if "schedule" in r:
+            out.setdefault(r["schedule"], []).append(r)
+    return out
+
+
+def _rows(ranks: list[dict], repeat: int, clock: str, kinds=COMPUTE) -> dict[str, list]:
+    return {
+        f"stage {r['rank']}": [tuple(e[:3]) for e in r["events"][repeat][clock] if e[2] in kinds]
+        for r in ranks
+    }
+
+
+def measured_idle(ranks: list[dict], repeat: int, clock: str) -> float:
+    """Mean over stages of the idle share of the window from the first computation to the last
+    (:func:`helpers.notebook.plots_timeline.idle_fraction`)."""
+    rows = _rows(ranks, repeat, clock)
+    start = min(s for ivs in rows.values() for s, _, _ in ivs)
+    end = max(e for ivs in rows.values() for _, e, _ in ivs)
+    return sum(idle_fraction(ivs, start, end) for ivs in rows.values()) / len(rows)
+
+
+def formula(name: str, p: int, m: int, v: int) -> tuple[Fraction | None, str]:
+    """The bubble as an exact fraction and its formula, or (None, why) for ZB-V."""
+    forms = {
+        "gpipe": ("(P-1)/(m+P-1)", Fraction(p - 1, m + p - 1)),
+        "1f1b": ("(P-1)/(m+P-1)", Fraction(p - 1, m + p - 1)),
+        "interleaved": ("(P-1)/(c·m+P-1)", Fraction(p - 1, v * m + p - 1)),
+        "zb-h1": ("(P-1)/(3m+P-1)", Fraction(p - 1, 3 * m + p - 1)),
+    }
+    if name not in forms:
+        return None, "no closed form"
+    text, value = forms[name]
+    return value, f"{text} = {value.numerator}/{value.denominator}"
+
+
+def summary(results: list[dict]) -> list[dict]:
+    """Per schedule: its shape, the bubble by formula and by simulation (equal costs), and the
+    measured idle share on both clocks in the run with the least on the stage clock."""
+    out = []
+    for name, ranks in per_schedule(results).items():
+        p, m, c = ranks[0]["stages"], ranks[0]["micro_batches"], ranks[0]["chunks"]
+        schedule = build(name, p, m, c)
+        repeats = range(len(ranks[0]["events"]))
+        stage = [measured_idle(ranks, i, "stage") for i in repeats]
+        best = min(repeats, key=stage.__getitem__)
+        value, text = formula(name, p, m, c)
+        out.append(
+            dict(
+                name=name,
+                stages=p,
+                micro_batches=m,
+                chunks=c,
+                actions=len(ranks[0]["actions"]),
+                in_flight=in_flight(schedule)[0],
+                formula=value,
+                formula_text=text,
+                simulated=(sim := idle_share(simulate(schedule, v_shape=name in V_SHAPED))),
+                bubble=float(value) if value is not None else sim,
+                stage=stage[best],
+                busy=[sum(e[1] - e[0] for e in r["events"][best]["stage"]) for r in ranks],
+                wall=measured_idle(ranks, best, "wall"),
+                best=best,
+                max_grad_diff=max(r["max_grad_diff"] for r in ranks),
+            )
+        )
+    return out
+
+
+def bubble_rows(rows: list[dict]) -> list[dict]:
+    """The table: formula and simulation (exact), then the two measured shares (≈)."""
+    return [
+        {
+            "schedule": s["name"],
+            "chunks per stage": s["chunks"],
+            "actions per stage": s["actions"],
+            "in flight on stage 0": s["in_flight"],
+            "bubble by formula": s["formula_text"],
+            "simulated (equal costs)": f"{s['simulated']:.3f}",
+            "with measured imbalance": approx(with_imbalance(s["bubble"], s["busy"])),
+            "measured, stage clock": approx(s["stage"]),
+            "measured, wall clock": approx(s["wall"]),
+        }
+        for s in rows
+    ]
+
+
+def check_lines(rows: list[dict]) -> list[str]:
+    """Assert each schedule's measured bubble: the simulation equals the formula; the stage clock
+    lies between the bubble less BELOW and the bubble corrected for the stages' measured
+    imbalance plus ABOVE; the wall clock is at least the stage clock less WALL_SLACK."""
+    lines = []
+    for s in rows:
+        want = s["bubble"]
+        if s["formula"] is not None:
+            assert abs(s["simulated"] - want) < 1e-9, (s["name"], s["simulated"], want)
+        low, high = want - BELOW, with_imbalance(want, s["busy"]) + ABOVE
+        assert low <= s["stage"] <= high, (
+            f"{s['name']}: stage-clock bubble {s['stage']:.3f} outside [{low:.3f}, {high:.3f}]"
+        )
+        assert s["wall"] >= s["stage"] - WALL_SLACK, (s["name"], s["wall"], s["stage"])
+        lines.append(
+            f"{s['name']:<11} bubble {want:.3f}: stage clock {approx(s['stage'])} "
+            f"in [{low:.3f}, {approx(high)}]; wall clock {approx(s['wall'])}"
+        )
+    return lines
+
+
+def _mark(label: str) -> str:
+    """ "F3" -> "3"; "B3.1" (chunk 1) -> "3'": the micro-batch, primed on a stage's second chunk."""
+    mb, _, chunk = label.lstrip("FBW").partition(".")
+    return mb + "'" * int(chunk or 0)
+
+
+def figure(results: list[dict], rows: list[dict]):
+    """One Gantt chart per schedule on the stage clock (the run of :func:`summary`), on a shared
+    time axis; each bar carries its micro-batch (primed on the second chunk)."""
+    runs = per_schedule(results)
+    fig, axes = plt.subplots(len(rows), 1, figsize=(9, 1.8 * len(rows)), sharex=True, dpi=110)
+    for ax, s in zip(axes, rows):
+        ranks = runs[s["name"]]
+        labels = {
+            f"stage {r['rank']}": [
+                _mark(e[3]) for e in r["events"][s["best"]]["stage"] if e[2] in COMPUTE
+            ]
+            for r in ranks
+        }
+        title = f"{s['name']}: idle {100 * s['stage']:.0f} % (bubble {100 * s['bubble']:.0f} %)"
+        timeline(_rows(ranks, s["best"], "stage"), title=title, ax=ax, labels=labels)
+        ax.get_legend().remove()
+        ax.set_xlabel("")
+    axes[-1].set_xlabel("stage clock (ms)")
+    kinds = ["forward", "backward", "backward-input", "backward-weight"]
+    handles = [plt.Rectangle((0, 0), 1, 1, color=KIND_COLOURS[k]) for k in kinds]
+    fig.legend(handles, kinds, loc="lower center", ncol=4, fontsize=8)
+    fig.tight_layout(rect=(0, 0.03, 1, 1))
+    return fig
+
+
+def wall_figure(results: list[dict], rows: list[dict], name: str = "1f1b"):
+    """The same run of ``name`` on the wall clock, with every send and receive."""
+    s = next(r for r in rows if r["name"] == name)
+    data = _rows(per_schedule(results)[name], s["best"], "wall", COMPUTE | {"send", "recv"})
+    title = f"{name} on the wall clock: idle {100 * s['wall']:.0f} % (receives are waits)"
+    return timeline(data, title=title)
+
+
+def colossal_rows(results: list[dict]) -> list[dict]:
+    """What Colossal-AI 0.5.0 did on these ranks, step by step (rank 0's report; every rank's
+    outcome is the same, which this asserts)."""
+    reports = [r["colossal"] for r in sorted(results, key=lambda r: r["rank"]) if "colossal" in r]
+    outcomes = {tuple(rep["ok"] for rep in ranks) for ranks in reports}
+    assert len(outcomes) == 1, f"ranks disagree on what Colossal-AI did: {outcomes}"
+    return [
+        {
+            "step": rep["step"],
+            "outcome": "ran" if rep["ok"] else rep["error"].split(" Please check")[0],
+            "raised at (0.5.0)": rep.get("at", ""),
+        }
+        for rep in reports[0]
+    ]
