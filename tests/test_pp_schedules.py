@@ -101,6 +101,11 @@ def test_hand_written_backward_equals_autograd():
 
 @pytest.fixture(scope="module")
 def launched():
+    # Notebook 01 imports Colossal-AI, which sets CUDA_DEVICE_MAX_CONNECTIONS, a variable that is
+    # part of a shared launch's key (helpers.run.shared): import it here too, so that the test
+    # and the notebook share one launch.
+    import colossalai  # noqa: F401
+
     return show.run()
 
 
