@@ -147,6 +147,14 @@ def test_questions():
             assert q.value_text() in q.worked()
 
 
+def test_exercise_8_answers_are_the_formulas():
+    for name, text in (("1f1b", "7/23"), ("interleaved", "7/39"), ("zb-h1", "7/55")):
+        value = pps.bubble_formula(name, 8, 16, 2)
+        assert f"${text} \\approx {100 * value:.1f}\\%$" in PAGE, name
+    needed = next(m for m in range(1, 200) if pps.bubble_formula("1f1b", 8, m) <= 7 / 55)
+    assert needed == 48 and "$m \\ge 48$" in PAGE
+
+
 def test_page_glues_the_notebook():
     nb = (ROOT / "notebooks" / "01_dimensions.ipynb").read_text()
     for key in ("ch01-fig-pp-schedules", "ch01-fig-pp-wall", "ch01-tab-pp-bubbles"):
