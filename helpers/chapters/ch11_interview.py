@@ -36,6 +36,7 @@ CHAPTERS = (
     "08_troubleshooting",
     "09_quick_demos",
     "10_pitfalls",
+    "12_in_practice",
 )
 
 
@@ -90,8 +91,13 @@ def bank() -> list[Question]:
         ch11_concepts_dimensions,
         ch11_concepts_planning,
         ch11_concepts_systems,
+        ch11_context_parallel,
+        ch11_flagship,
+        ch11_mesh_trace,
         ch11_numeric_costs,
         ch11_numeric_dimensions,
+        ch11_pipeline,
+        ch11_practice,
     )
 
     parts = (
@@ -100,6 +106,11 @@ def bank() -> list[Question]:
         ch11_concepts_dimensions,
         ch11_concepts_planning,
         ch11_concepts_systems,
+        ch11_pipeline,
+        ch11_mesh_trace,
+        ch11_flagship,
+        ch11_context_parallel,
+        ch11_practice,
     )
     order = list(CHAPTERS)
     return sorted(
