@@ -2,7 +2,8 @@
 
 - ``helpers.parallel``: the dimensions themselves (Chapters 1-2): the rank grid, layouts, data,
   tensor, pipeline, sequence and expert parallelism, ZeRO and FSDP2.
-- ``helpers.cost``: what a layout costs (Chapters 3 and 7): communication, memory, MFU, planner.
+- ``helpers.cost``: what a layout costs (Chapters 3, 7 and 12): communication, memory, MFU, planner,
+  the hardware of published trainings.
 - ``helpers.config``: configuration files and the one plugin builder (Chapters 4 and 6).
 - ``helpers.train``: training machinery (Chapters 5 and 8): references, checkpoints, signals,
   tuning knobs, profiling, deliberate failures and their diagnosis.

@@ -6,5 +6,7 @@ activations (Korthikanti's per-layer activations, Chapter 7), memory_llama (the 
 a Llama- or GPT-style decoder under a plugin, checked against the GPU in Chapter 7), layer_bytes
 (what autograd saves per layer, for it), memory_plan (its view for Chapter 3's planner, with
 Megatron-LM's distributed optimizer), chunks (Gemini's chunks of that Llama), census (what one rank
-holds, measured), mfu (model FLOPs utilisation).
+holds, measured), mfu (model FLOPs utilisation). Chapter 12 (published trainings): hardware (the
+clusters' presets), practice (context parallelism, FSDP gathers, interleaved stages and the shares
+of a step that the step model lacks), moe (DeepSeek-V3's parameters, FLOPs and all-to-all).
 """

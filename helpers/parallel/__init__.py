@@ -2,6 +2,8 @@
 
 vocab (the words: axes, sequence-parallel modes, precisions, plugins), factors (divisors),
 mesh (the rank grid and its groups), layouts (how G GPUs factor into D x T x P x S), tp
-(Megatron-LM's f and g), pp (pipeline stages and the GPipe bubble), sp (Ulysses all-to-all),
-ep (mixture of experts), zero (ZeRO-1 bookkeeping), fsdp2 (PyTorch's fully_shard).
+(Megatron-LM's f and g), pp (pipeline stages and the GPipe bubble), pp_schedules and pp_runtime
+(GPipe, 1F1B, interleaved 1F1B and zero-bubble schedules, run and timed, Chapter 1), sp (Ulysses
+all-to-all), cp (ring attention, Chapter 9), ep (mixture of experts), zero (ZeRO-1 bookkeeping),
+fsdp2 (PyTorch's fully_shard), device_mesh (torch's DeviceMesh beside ProcessGroupMesh, Chapter 2).
 """

@@ -13,6 +13,9 @@ resnet (the ResNet quick demo), share and share_cases (the communication share o
 Chapter 5's entry point: run_config (flags and config), loop (the training loop), checkpoint
 (resumable Booster checkpoints), atomic (directories that appear whole), weights (comparing two
 runs' weights). Measuring and failing: signals (throughput, memory, communication wait), speed
-(the tuning knobs), profiling (compute versus communication), faults (deliberate failures),
+(the tuning knobs), levers, linear_ce and fp8 (Chapter 8's flagship levers: fused linear
+cross-entropy, FP8 matmuls), profiling (compute versus communication), trace (one step's per-rank
+compute, communication and idle intervals, Chapter 2), memory_snapshot (the allocator's trace by
+category, Chapter 8), faults (deliberate failures),
 diagnose (a failed log -> cause and fix), labs and kernel_lock_lab (the failure labs).
 """
