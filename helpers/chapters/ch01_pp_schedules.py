@@ -36,7 +36,7 @@ GPU_ARGS = ["--hidden", "4096", "--micro-batch", "1024"]  # enough work per mess
 # order beats the bubble; BELOW allows for noise) and the bubble corrected for the measured
 # imbalance of the stages' work (helpers.parallel.pp_schedules.with_imbalance) plus ABOVE: costs
 # are measured, not equal, and a computation slowed on the critical path makes later stages wait.
-BELOW, ABOVE = 0.03, 0.06
+BELOW, ABOVE = 0.04, 0.08
 # The wall clock adds message latency (and, with fewer cores than stages, the operating system's
 # time-sharing) to the stage clock; it may fall below the stage clock by at most this much.
 WALL_SLACK = 0.05
