@@ -10,6 +10,7 @@ the runs' rows (:func:`helpers.record.flagship_levers.row`). The figures are in
 from __future__ import annotations
 
 from helpers.record.flagship_levers import MATMUL_CEILING_TFLOPS, PARTS, row
+from helpers.cost.mfu import H200_BF16_PEAK
 from helpers.record.flagship_summary import compare
 
 # kernel classes shown as columns (helpers.train.profiling.KERNEL_CLASSES), in this order
@@ -52,10 +53,22 @@ def ceiling(record: dict) -> float:
     return record.get("matmul_ceiling_tflops") or MATMUL_CEILING_TFLOPS
 
 
+def run_ceiling(run: dict, record: dict) -> float:
+    """The matmul ceiling measured in the invocation that made ``run``: its own field, else the
+    one its stored summary was computed with (a run merged from an earlier invocation), else the
+    record's."""
+    if run.get("matmul_ceiling_tflops"):
+        return run["matmul_ceiling_tflops"]
+    s = run.get("summary") or {}
+    if s.get("ceiling_fraction"):
+        return round(s["mfu"] * H200_BF16_PEAK / s["ceiling_fraction"] / 1e12, 1)
+    return ceiling(record)
+
+
 def rows(record: dict) -> list[dict]:
-    """Every run of a record as :func:`helpers.record.flagship_levers.row`."""
-    c = ceiling(record)
-    return [row(r["name"], r, c) for r in record["runs"]]
+    """Every run of a record as :func:`helpers.record.flagship_levers.row`, each against the
+    ceiling measured in its own invocation (:func:`run_ceiling`)."""
+    return [row(r["name"], r, run_ceiling(r, record)) for r in record["runs"]]
 
 
 def table_row(s: dict) -> dict:
@@ -128,7 +141,8 @@ def first_round(record: dict, framework: str) -> dict:
     return next(s for s in rows(record) if s["ok"] and s["framework"] == framework)
 
 
-FP8_WORDS = ("e4m3", "e5m2", "f8", "fp8", "qgmma", "scaled_mm")
+# cuBLAS's FP8 kernels on sm90 (nvjet_sm90_qqtst_…: E4M3 × E4M3, qrtst: E4M3 × E5M2, as run)
+FP8_WORDS = ("qqtst", "qrtst", "rqtst", "e4m3", "e5m2")
 
 
 def fp8_kernels(s: dict, top: int = 6) -> list[tuple[str, float]]:

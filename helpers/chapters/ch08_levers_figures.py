@@ -71,6 +71,9 @@ def trace_figure(trace: dict, title: str):
     """The flagship step on the GPU: one row per kind of kernel (a Gantt chart)."""
     fig = timeline(trace_rows(trace), title=title, unit="ms")
     fig.set_size_inches(9, 3.2)
+    legend = fig.axes[0].get_legend()
+    if legend is not None:  # the rows name the kinds; the colour legend would not
+        legend.remove()
     return fig
 
 
@@ -94,10 +97,11 @@ def memory_figure(snapshot: dict, model_phases: dict[str, float], title: str):
     for name, at in phases.items():
         if name != "start":
             ax.axvline(at, color="k", lw=0.6, alpha=0.5)
-            ax.text(at, ax.get_ylim()[1] * 0.97, f" {name}", fontsize=7, va="top")
+            if name != "zero_grad":  # a few events after the step's end: one label there
+                ax.text(at, ax.get_ylim()[1] * 0.97, f" {name}", fontsize=7, va="top")
     ax.set_xlabel("allocator events during the step")
     ax.set_ylabel("GiB allocated")
     ax.set_title(title, fontsize=9)
-    ax.legend(fontsize=7, loc="upper left", ncol=2)
+    ax.legend(fontsize=7, loc="upper right", ncol=2)
     fig.tight_layout()
     return fig

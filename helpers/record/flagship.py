@@ -115,7 +115,7 @@ def record_levers(
         [run] = run_part(
             "flagship", part, [(name, DEMO, 1, args, timeout_s)], start + budget_s, show
         )
-        runs.append(run)
+        runs.append({**run, "matmul_ceiling_tflops": ceiling})
         rows.append(fl.row(name, run, ceiling))
         print(json.dumps({k: v for k, v in rows[-1].items() if k not in fl.BULKY}), flush=True)
         if part == "h2h":

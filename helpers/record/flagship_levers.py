@@ -175,5 +175,10 @@ def row(name: str, run: dict, ceiling_tflops: float | None) -> dict:
         ceiling_fraction=round(out["mfu"] * H200_BF16_PEAK / ceiling, 4),
         trace=(r0.get("profile") or {}).get("trace"),
         memory_snapshot=r0.get("memory_snapshot"),
+        matmul_ceiling_tflops=ceiling_tflops,
     )
+    snap = r0.get("memory_snapshot") or {}
+    if "peak_gib" in snap:  # the snapshot step's phase marks reset the allocator's peak counter:
+        # the run's peak is the larger of the step before (timed_peak_gib) and the traced step's
+        out["peak_gib"] = round(max(snap["peak_gib"], snap.get("timed_peak_gib", 0.0)), 1)
     return out

@@ -173,8 +173,10 @@ def run(layout, args, env) -> dict:
     if getattr(args, "memory_snapshot", False) and env.is_gpu and plugin is not None:
         from helpers.train.memory_snapshot import step_memory
 
+        timed_peak = torch.cuda.max_memory_allocated(env.device) / 2**30  # marks reset it
         try:
             memory = step_memory(trainer, args.warmup + args.steps + args.profile, env.device)
+            memory["timed_peak_gib"] = round(timed_peak, 3)
         except Exception as e:  # noqa: BLE001
             memory = {"error": f"{type(e).__name__}: {e}"[:300]}
     tokens_per_s = layout.global_batch * layout.seq / seconds
