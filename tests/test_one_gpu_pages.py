@@ -141,13 +141,16 @@ FP8_1 = find("flagship_fp8", gpus=1)
 @pytest.mark.skipif(LEVERS_1 is None or FP8_1 is None, reason="no one-GPU lever or FP8 record")
 def test_chapter8_quotes_the_trace_snapshot_and_fp8_records():
     from helpers.chapters.ch08_levers import by_name
-    from helpers.chapters.ch08_levers_quotes import fp8_quotes, trace_quotes
+    from helpers.chapters.ch08_levers_quotes import fp8_quotes, model_quotes, trace_quotes
 
     page = _page8()
     quotes = trace_quotes(by_name(LEVERS_1)["cuDNN + Liger CE + micro-batch 48"])
     quotes.update(fp8_quotes(FP8_1))
+    run = next(r for r in LEVERS_1["runs"] if r["name"] == "cuDNN + Liger CE + micro-batch 48")
+    quotes.update(model_quotes(run["args"]))
     keys = ["busy", "span", "snapshot peak", "static weights", "static optimizer", "fp8", "bf16"]
     keys += ["fp8 ratio", "fp8 matmul", "bf16 matmul", "matmul speedup", "fp8 copy/cast"]
     keys += ["bf16 copy/cast", "fp8 elementwise", "bf16 elementwise", "loss gap", "steps"]
+    keys += ["model forward", "model backward", "model step"]
     missing = [f"{k}: {quotes[k]}" for k in keys if quotes[k] not in page]
     assert not missing, missing

@@ -175,3 +175,10 @@ def trace_quotes(s: dict) -> dict[str, str]:
     }
     out.update({f"static {k}": f"{v:.1f} GiB" for k, v in snap["static_gib"].items()})
     return out
+
+
+def model_quotes(args: list[str]) -> dict[str, str]:
+    """Chapter 7's memory model for a recorded run (:func:`ch08_levers.model_phases`), as quoted."""
+    from helpers.chapters.ch08_levers import model_phases
+
+    return {f"model {k}": f"{v:.1f} GiB" for k, v in model_phases(args).items()}
