@@ -113,7 +113,7 @@ def test_schedules_on_four_ranks_match_the_unsplit_model_and_their_bubbles(launc
     rows = show.summary(launched.results)
     assert [r["name"] for r in rows] == list(show.NAMES)
     for r in launched.results:
-        if "schedule" in r:
+        if "schedule" in r and "repeat" not in r:
             assert r["loss"] == r["ref_loss"] and r["max_grad_diff"] < 1e-5
     assert len(show.check_lines(rows)) == len(show.NAMES)  # asserts each bubble's tolerance
     assert show.figure(launched.results, rows) is not None

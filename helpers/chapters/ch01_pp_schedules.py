@@ -58,11 +58,17 @@ def run(gpus: int | None = None):
 
 
 def per_schedule(results: list[dict]) -> dict[str, list[dict]]:
-    """Each schedule's results, one per rank, in rank order."""
+    """Each schedule's results, one per rank in rank order, with ``events``: per run, the
+    ``wall`` and ``stage`` events the rank reported on lines of their own."""
+    parts: dict[tuple, dict] = {}
+    for r in results:
+        if "repeat" in r:
+            parts.setdefault((r["schedule"], r["rank"], r["repeat"]), {})[r["clock"]] = r["events"]
     out: dict[str, list[dict]] = {}
     for r in sorted(results, key=lambda r: r["rank"]):
-        if "schedule" in r:
-            out.setdefault(r["schedule"], []).append(r)
+        if "schedule" in r and "repeat" not in r:
+            runs = [parts[(r["schedule"], r["rank"], i)] for i in range(r["repeats"])]
+            out.setdefault(r["schedule"], []).append({**r, "events": runs})
     return out
 
 
