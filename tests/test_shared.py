@@ -123,3 +123,17 @@ def test_a_caller_asking_while_the_run_is_made_waits_for_it(run_folder):
     got.append(shared.once("slow", compute))
     first.join()
     assert got == [{"n": 1}, {"n": 1}] and calls == [1]
+
+
+def test_importing_colossalai_does_not_change_a_key(monkeypatch, tmp_path):
+    """`import colossalai` sets CUDA_DEVICE_MAX_CONNECTIONS in the caller; a test that imports it
+    and a notebook that does not must still share their launch."""
+    from helpers.run import shared
+
+    monkeypatch.setenv(shared.ENV, str(tmp_path))
+    monkeypatch.delenv("CUDA_DEVICE_MAX_CONNECTIONS", raising=False)
+    before = shared.plan("selftest", 2, ["--mode", "ok"], {})
+    monkeypatch.setenv("CUDA_DEVICE_MAX_CONNECTIONS", "1")
+    assert shared.plan("selftest", 2, ["--mode", "ok"], {}).key == before.key
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")  # a deciding variable still changes it
+    assert shared.plan("selftest", 2, ["--mode", "ok"], {}).key != before.key

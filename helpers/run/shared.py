@@ -50,6 +50,19 @@ _DECIDING = (
     "GLOO_",
     "TORCH",
 )
+# Set by `import colossalai` in the caller (colossalai/initialize.py:10) for CUDA stream ordering: it
+# changes no value a rank computes, so a test that imports Colossal-AI and a notebook that does
+# not still share a launch.
+_NOT_DECIDING = {"CUDA_DEVICE_MAX_CONNECTIONS"}
+
+
+def _deciding() -> dict[str, str]:
+    """The caller's environment variables that go into a key (see :data:`_DECIDING`)."""
+    return {
+        name: value
+        for name, value in os.environ.items()
+        if name.startswith(_DECIDING) and name != ENV and name not in _NOT_DECIDING
+    }
 
 
 def folder() -> Path | None:
@@ -96,12 +109,7 @@ def plan(demo: str, nproc: int, args: list[str], env: dict[str, str]) -> Plan | 
     views = [_view(a, outputs) for a in args]
     if None in views:
         return None
-    deciding = {
-        name: value
-        for name, value in os.environ.items()
-        if name.startswith(_DECIDING) and name != ENV
-    }
-    material = json.dumps([demo, nproc, views, env, deciding], sort_keys=True)
+    material = json.dumps([demo, nproc, views, env, _deciding()], sort_keys=True)
     return Plan(hashlib.sha256(material.encode()).hexdigest()[:24], outputs)
 
 
@@ -204,8 +212,7 @@ def once(name: str, compute, *material) -> dict:
 
     if folder() is None:
         return compute()
-    deciding = {n: v for n, v in os.environ.items() if n.startswith(_DECIDING) and n != ENV}
-    blob = json.dumps([name, list(material), deciding], sort_keys=True, default=str)
+    blob = json.dumps([name, list(material), _deciding()], sort_keys=True, default=str)
     path = folder() / f"once-{hashlib.sha256(blob.encode()).hexdigest()[:24]}.json"
     # a caller that asks while another computes the same run waits for it (pytest-xdist runs a
     # test file and a notebook that show the same run at the same time)
