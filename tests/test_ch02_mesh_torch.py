@@ -5,14 +5,11 @@ the DTensor shapes follow from their placements, and the questions of
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import pytest
 
 from helpers.chapters import ch02_torch_mesh
-from helpers.chapters.ch11_interview import CHAPTERS
-from helpers.chapters.ch11_mesh_trace import QUESTIONS
 from helpers.parallel import device_mesh as dm
 
 PAGE = (Path(__file__).resolve().parents[1] / "book" / "02_combining.md").read_text()
@@ -57,24 +54,6 @@ def test_torch_and_colossal_meshes_agree_and_fsdp2_tp_matches_the_unsplit_model(
             assert dm.local_shape(p["global"], p["placements"], [2, 2]) == p["local"]
     names = [row["parameter"] for row in ch02_torch_mesh.placement_rows(results[0])]
     assert names == [f"blocks.0.{m}.{k}" for m in ("down", "up") for k in ("bias", "weight")]
-
-
-def _headings() -> set[str]:
-    return {m.group(1).strip() for m in re.finditer(r"^#+ (.+)$", PAGE, re.M)}
-
-
-@pytest.mark.parametrize("q", QUESTIONS, ids=lambda q: q.id)
-def test_questions(q):
-    assert q.chapter == "02_combining" in CHAPTERS
-    assert q.section in _headings(), q.section
-    if q.numeric:
-        assert q.stored is not None and q.grade(q.stored), (q.id, q.value(), q.stored)
-        assert "{value}" in q.answer
-
-
-def test_bank_size():
-    assert len(QUESTIONS) >= 4 and sum(q.numeric for q in QUESTIONS) >= 2
-    assert len({q.id for q in QUESTIONS}) == len(QUESTIONS)
 
 
 def test_page_exercise_answers_on_torch_mesh_and_trace():

@@ -34,6 +34,27 @@ def test_counts():
     assert len(ch10_pitfalls.BY_KEY) == len(ch10_pitfalls.PITFALLS)
 
 
+# each part of the bank: its chapter, and the least questions (numeric ones) it holds
+PARTS = {
+    "ch11_pipeline": ("01_dimensions", 4, 2),
+    "ch11_mesh_trace": ("02_combining", 4, 2),
+    "ch11_flagship": ("08_troubleshooting", 4, 2),
+    "ch11_context_parallel": ("09_quick_demos", 4, 2),
+    "ch11_practice": ("12_in_practice", 8, 4),
+}
+
+
+@pytest.mark.parametrize("name", PARTS)
+def test_each_new_part_is_in_the_bank_with_its_chapter_and_size(name):
+    import importlib
+
+    part = importlib.import_module(f"helpers.chapters.{name}").QUESTIONS
+    chapter, least, numeric = PARTS[name]
+    assert {q.chapter for q in part} == {chapter}
+    assert len(part) >= least and sum(q.numeric for q in part) >= numeric
+    assert {q.id for q in part} <= {q.id for q in BANK}
+
+
 @pytest.mark.parametrize("q", NUMERIC, ids=[q.id for q in NUMERIC])
 def test_stored_answer_matches_helper(q):
     assert q.stored is not None
