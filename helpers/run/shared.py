@@ -50,9 +50,9 @@ _DECIDING = (
     "GLOO_",
     "TORCH",
 )
-# Set by `import colossalai` in the caller (colossalai/initialize.py:10) for CUDA stream ordering: it
-# changes no value a rank computes, so a test that imports Colossal-AI and a notebook that does
-# not still share a launch.
+# Set by `import colossalai` in the caller (colossalai/initialize.py:10) for CUDA stream order:
+# it changes no value a rank computes, so a test that imports Colossal-AI and a notebook that
+# does not still share a launch.
 _NOT_DECIDING = {"CUDA_DEVICE_MAX_CONNECTIONS"}
 
 
