@@ -33,6 +33,7 @@ import psutil
 from helpers.run import shared
 from helpers.run.env import RESULT_PREFIX, placement_env
 from helpers.run.failure import LAUNCHER, failing_rank
+from helpers.run.tail import Joiner
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 _RANK_LINE = re.compile(r"^\[(?:rank|default)(\d+)\]:(.*)$")
@@ -192,6 +193,7 @@ def launch(
 
     lines: dict[int, list[str]] = {}
     results: list[dict] = []
+    joiner = Joiner()  # long lines reach us in pieces (helpers.run.tail)
     seen: dict[int, psutil.Process] = {}
     timed_out = False
     try:  # TimeoutExpired from the wait above counts as a timeout too
@@ -206,9 +208,14 @@ def launch(
             except queue.Empty:
                 continue
             if raw is None:  # output closed: torchrun is exiting, let it finish its summary
+                for line in joiner.rest():  # a rank cut off mid-line: its piece, never a result
+                    _take_line(
+                        line.replace(RESULT_PREFIX, "(cut) " + RESULT_PREFIX), lines, results, show
+                    )
                 proc.wait(timeout=max(1.0, timeout_s - (time.monotonic() - start)))
                 break
-            _take_line(raw.rstrip("\n"), lines, results, show)
+            for line in joiner.feed(raw.rstrip("\n")):
+                _take_line(line, lines, results, show)
     except subprocess.TimeoutExpired:
         timed_out = True
     finally:  # also on KeyboardInterrupt: never leave a rank behind
