@@ -1,11 +1,11 @@
 """Where and how ranks run (Chapter 1, "Where the ranks run").
 
-env (inside a rank: backend, device and the placement rule), cli (every demo's command line, the
-GPU guard, the plugins' lifetime), launch (torchrun from a notebook or a test), failure (which
-rank of a failed launch failed first), shared (launches shared within one test run), collectives
-(timing the four collectives, Chapter 3), groups (the process groups Colossal-AI builds, Chapter
-2), kernels (Colossal-AI's JIT kernels, Chapter 8) and build_lock (their build lock), gpu_suite
-(``make test-gpu`` and its record), hosts (several hosts on one machine, network namespaces) and
-multinode (one job over those hosts, a torchrun agent each; Chapter 5, "Launching
-with torchrun").
+env (inside a rank: backend, device and the placement rule), cli (every demo's command line, the GPU
+guard, the plugins' lifetime), launch (torchrun from a notebook or a test), tail (torchrun's tee
+output made whole lines again), failure (which rank of a failed launch failed first), shared
+(launches shared within one test run), collectives (timing the four collectives, Chapter 3), groups
+(the process groups Colossal-AI builds, Chapter 2), kernels (Colossal-AI's JIT kernels, Chapter 8)
+and build_lock (their build lock), gpu_suite (``make test-gpu`` and its record), hosts (several
+hosts on one machine, network namespaces) and multinode (one job over those hosts, a torchrun agent
+each; Chapter 5, "Launching with torchrun").
 """
