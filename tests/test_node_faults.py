@@ -37,3 +37,20 @@ def test_an_elastic_restart_resumes_and_ends_with_the_uninterrupted_weights():
     assert r["result"]["restart_count"] == 1 and 0 < r["result"]["resumed_from"] <= r["at_step"]
     assert r["result"]["weights_sha256"] == r["reference_sha256"]  # bit for bit, on the CPU
     assert r["seconds_to_end"] < r["bound_s"]
+
+
+def test_the_reference_runs_with_the_callers_cpu_kernels(monkeypatch):
+    """The ranks inherit the caller's environment; the one-process reference must too, or under
+    ``ATEN_CPU_CAPABILITY=default`` the two pick different kernels and their hashes differ."""
+    from helpers.run import node_faults
+
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "default")
+    seen = {}
+
+    def fake_run(cmd, **kw):
+        seen.update(kw["env"])
+        return type("Done", (), {"returncode": 0, "stdout": "reference: abc", "stderr": ""})()
+
+    monkeypatch.setattr(node_faults.subprocess, "run", fake_run)
+    assert node_faults.reference_hash(4) == "abc"
+    assert seen["ATEN_CPU_CAPABILITY"] == "default" and seen["PYTHONPATH"]

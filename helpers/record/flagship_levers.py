@@ -49,6 +49,18 @@ LEVERS = [  # (name, the flags added to BASE): one lever each, then the levers t
         "cuDNN + Liger CE + micro-batch 48",
         "--sdpa cudnn --fused_ce liger --micro_batch 48 --trace --memory_snapshot".split(),
     ),
+    # the loss head at the larger micro-batch: the book's chunked CE was faster than Liger's at
+    # micro-batch 16; larger chunks mean larger, more efficient matmuls; Hugging Face's own loss
+    # where its fp32 logits still fit
+    (
+        "cuDNN + chunked CE + micro-batch 48",
+        "--sdpa cudnn --fused_ce chunked --micro_batch 48".split(),
+    ),
+    (
+        "cuDNN + chunked CE, 16k-row chunks + micro-batch 48",
+        "--sdpa cudnn --fused_ce chunked --ce_chunk 16384 --micro_batch 48".split(),
+    ),
+    ("cuDNN + micro-batch 32", "--sdpa cudnn --micro_batch 32".split()),
 ]
 LEVERS_FSDP2 = [  # plain PyTorch given the same levers: the same model, data and precision
     ("FSDP2: cuDNN + Liger CE + micro-batch 48", "--sdpa cudnn --fused_ce liger --micro_batch 48"),

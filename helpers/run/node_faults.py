@@ -23,7 +23,7 @@ from pathlib import Path
 
 from helpers.run.env import results_of
 from helpers.run.hosts import Hosts
-from helpers.run.launch import REPO_ROOT
+from helpers.run.launch import REPO_ROOT, rank_env
 from helpers.run.multinode import Node, default_port, reader_line, start_node
 from helpers.train.diagnose import diagnose
 
@@ -171,11 +171,12 @@ def _cmdline(pid: int) -> str:
 
 
 def reference_hash(steps: int, world: int = 2 * NPROC) -> str:
-    """The final weights' hash of the run without faults: the demo's one-process reference."""
+    """The final weights' hash of the run without faults: the demo's one-process reference, in
+    the ranks' environment (the caller's, so that ``ATEN_CPU_CAPABILITY`` picks the same kernels)."""
     done = subprocess.run(
         [sys.executable, "-m", f"helpers.demos.{DEMO}", "--reference", str(world), "--steps",
          str(steps)], capture_output=True, text=True, cwd=REPO_ROOT, timeout=120,
-        env={"PYTHONPATH": str(REPO_ROOT), "PATH": "/usr/bin:/bin", **ENV},
+        env=rank_env(world, {"PYTHONPATH": str(REPO_ROOT), **ENV}),
     )  # fmt: skip
     if done.returncode != 0:
         raise RuntimeError(f"the reference run failed:\n{done.stderr[-2000:]}")
