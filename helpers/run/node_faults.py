@@ -172,7 +172,7 @@ def _cmdline(pid: int) -> str:
 
 def reference_hash(steps: int, world: int = 2 * NPROC) -> str:
     """The final weights' hash of the run without faults: the demo's one-process reference, in
-    the ranks' environment (the caller's, so that ``ATEN_CPU_CAPABILITY`` picks the same kernels)."""
+    the ranks' environment (the caller's: ``ATEN_CPU_CAPABILITY`` picks the same kernels)."""
     done = subprocess.run(
         [sys.executable, "-m", f"helpers.demos.{DEMO}", "--reference", str(world), "--steps",
          str(steps)], capture_output=True, text=True, cwd=REPO_ROOT, timeout=120,
