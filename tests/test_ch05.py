@@ -316,22 +316,3 @@ def test_prune_keeps_the_newest_and_the_one_just_written(tmp_path):
     assert ckpt.prune(tmp_path, 1, protect=ckpt.step_dir(tmp_path, 9)) == []
     with pytest.raises(ValueError, match="at least 1"):
         ckpt.prune(tmp_path, 0)
-
-
-def test_kill_and_resume_at_eight_ranks(tmp_path):
-    """Chapter 2's 8-rank kill-and-resume, on gloo: rank 6 of 8 dies at step 5; the job ends, and
-    the resume from step 3 ends where the uninterrupted 8-rank run ends, to float32 rounding. Unlike
-    the 2-rank test it is not asserted bit for bit: two uninterrupted 8-rank runs were identical,
-    but a resumed one came out one float32 step apart in a logged loss (4.8e-7) and in a weight
-    (7.5e-9);
-    the cause (reduction order in gloo's 8-rank all-reduce after the restart is the suspect) is
-    not pinned down."""
-    from helpers.record.ch05 import kill_and_resume
-
-    kr = kill_and_resume(
-        "dp8", tmp_path, "none", config="helpers/configs/ch05_cpu_dp8.yaml", nproc=8, kill_rank=6
-    )
-    full, killed, resumed = kr["runs"]
-    assert full["ok"] and resumed["ok"] and killed["failed_rank"] == 6
-    assert kr["on_disk_after_kill"] == ["step_00000003"]
-    assert kr["max_loss_diff"] < 1e-6 and kr["weights"]["max_abs_diff"] < 1e-6

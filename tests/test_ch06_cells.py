@@ -24,6 +24,7 @@ def test_cpu_args_name_the_framework_and_the_ddp_plugin():
         "--steps": "2",
         "--warmup": "1",
         "--ref_steps": "3",
+        "--profile": "1",
         "--name": "fsdp2",
     }
 

@@ -11,7 +11,7 @@ from helpers.train.labs import EXPECTED, run_lab
 
 @functools.lru_cache(maxsize=None)
 def lab(name):  # each lab runs once per test session
-    return run_lab(name, timeout_s=150)
+    return run_lab(name)
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))

@@ -89,9 +89,9 @@ def test_a_run_past_its_timeout_says_so():
         "ch08_train",
         1,
         ["--framework", "fsdp2", "--steps", "100000", "--ref_steps", "0"],
-        25,
+        12,
     )
-    assert run["ok"] is False and run["failure"] == "timeout" and run["timeout_s"] == 25
+    assert run["ok"] is False and run["failure"] == "timeout" and run["timeout_s"] == 12
     assert len(run["error"]) <= 3000 + len("\n[...]\n")
 
 

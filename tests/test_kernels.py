@@ -173,8 +173,7 @@ def test_lab_reproduces_the_hang_and_the_fix():
     """Chapter 8's lab end to end (the failing half is test_ch08's test_lab_diagnosed)."""
     from helpers.train.labs import run_lab
 
-    start = time.monotonic()
-    run = run_lab("stale_kernel_lock_cleared", timeout_s=150)
+    run = run_lab("stale_kernel_lock_cleared")
     assert run.returncode == 0 and run.diagnosis.kind == "none", run.log[-2000:]
     result = json.loads(next(ln for ln in run.log.splitlines() if ln.startswith("RESULT "))[7:])
     assert result["held_by_run1"] and result["kept_while_held"] and result["run1_exit"] == -9
@@ -184,7 +183,7 @@ def test_lab_reproduces_the_hang_and_the_fix():
     assert not result["lock_after"]
     folder = re.search(r"(\S+ch08-kernel-lock-[^/\s]+)/", run.log).group(1)  # a temporary folder
     assert Path(folder).parent == Path(tempfile.gettempdir()) and not Path(folder).exists()
-    assert time.monotonic() - start < 120
+    assert run.seconds < 120  # the lab's own run, whether made here or shared
 
 
 def test_ensure_waits_for_a_live_build_then_clears(tmp_path, capsys):

@@ -52,9 +52,9 @@ def test_a_crashed_rank_raises_with_its_own_traceback():
 
 def test_a_hung_rank_is_killed_at_the_timeout():
     start = time.monotonic()
-    with pytest.raises(LaunchTimeout, match="ran past its 20 s timeout; all 2 ranks were killed"):
-        launch("selftest", nproc=2, args=["--mode", "hang"], timeout_s=20, show="none")
-    assert time.monotonic() - start < 40
+    with pytest.raises(LaunchTimeout, match="ran past its 10 s timeout; all 2 ranks were killed"):
+        launch("selftest", nproc=2, args=["--mode", "hang"], timeout_s=10, show="none")
+    assert time.monotonic() - start < 30
 
 
 def test_a_demo_without_result_lines_is_an_error():

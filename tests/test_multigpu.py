@@ -405,23 +405,32 @@ def test_summary_verdicts_of_synthetic_multi_rank_results(tmp_path, monkeypatch)
     ]
 
 
-def test_kill_and_resume_run_on_two_cpu_ranks():
-    """The recorder's wrapper around Chapter 5's kill-and-resume, end to end on gloo (2 ranks, the
-    chapter's tiny config): the record's shape and its verdict, as the 8-GPU run will give them."""
+def test_kill_and_resume_run_on_eight_cpu_ranks():
+    """The recorder's wrapper around Chapter 5's kill-and-resume, end to end on gloo at the 8-GPU
+    record's size: rank 6 of 8 dies at step 5; the job ends, and the resume from step 3 ends where
+    the uninterrupted 8-rank run ends, to float32 rounding. The record's shape and its verdict are
+    the ones the 8-GPU run gives. (Two ranks, bitwise: tests/test_ch05.py.) Unlike the 2-rank run
+    it is not asserted bit for bit: two uninterrupted 8-rank runs were identical, but a resumed one
+    came out one float32 step apart in a logged loss (4.8e-7) and in a weight (7.5e-9); the cause
+    (reduction order in gloo's 8-rank all-reduce after the restart is the suspect) is not pinned
+    down."""
     run = mr.Run(
-        "cpu_dp2",
-        "kill-and-resume, 2 CPU ranks",
-        2,
+        "cpu_dp8",
+        "kill-and-resume, 8 CPU ranks",
+        8,
         "ch05_train",
-        ("--config", "helpers/demos/ch05_tiny.yaml"),
+        ("--config", "helpers/configs/ch05_cpu_dp8.yaml"),
     )
-    rec = mg.kill_and_resume_run(run, kill_rank=1)
+    rec = mg.kill_and_resume_run(run, kill_rank=6)
     assert rec["ok"], rec.get("error")
     kr = rec["kill_and_resume"]
-    assert kr["runs"][1]["failed_rank"] == 1 and kr["on_disk_after_kill"] == ["step_00000003"]
+    full, killed, resumed = kr["runs"]
+    assert full["ok"] and resumed["ok"] and killed["failed_rank"] == 6
+    assert kr["on_disk_after_kill"] == ["step_00000003"]
+    assert kr["max_loss_diff"] < 1e-6 and kr["weights"]["max_abs_diff"] < 1e-6
     v = show.verdict(run, rec)
     assert (
-        v["valid"] and v["max_ref_gap"] < 1e-6 and v["reason"].startswith("rank 1 killed at step 5")
+        v["valid"] and v["max_ref_gap"] < 1e-6 and v["reason"].startswith("rank 6 killed at step 5")
     )
     json.dumps(rec)  # what results.save writes
 

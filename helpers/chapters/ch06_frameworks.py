@@ -71,12 +71,13 @@ GEMINI_COLUMNS = [
 
 def cpu_args(framework: str, steps: int = 2, warmup: int = 1, ref_steps: int = 3) -> list[str]:
     """Section 3's arguments of ``ch08_train`` for ``framework`` (``fsdp2`` or ``colossal``): the
-    DDP plugin, ``warmup`` + ``steps`` training steps and a single-process reference of
-    ``ref_steps`` steps to compare the losses with; the run is named after the framework."""
+    DDP plugin, ``warmup`` + ``steps`` training steps, the last one under the profiler, and a
+    single-process reference of ``ref_steps`` steps to compare the losses with; the run is named
+    after the framework."""
     return [
         *("--framework", framework, "--plugin", "ddp"),
         *("--steps", str(steps), "--warmup", str(warmup), "--ref_steps", str(ref_steps)),
-        *("--name", framework),
+        *("--profile", "1", "--name", framework),
     ]
 
 

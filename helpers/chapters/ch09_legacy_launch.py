@@ -34,7 +34,14 @@ except Exception as e:
 
 def legacy_launch(host: str, timeout_s: float = 120) -> str:
     """What ``colossalai.legacy.initialize.launch`` (the legacy engine's launcher, which the seed's
-    sequence-parallel tutorial uses) says when the master address is ``host``: one process, gloo."""
+    sequence-parallel tutorial uses) says when the master address is ``host``: one process, gloo.
+    Within ``make test`` it runs once per host (:func:`helpers.run.shared.once`)."""
+    from helpers.run.shared import once
+
+    return once(f"legacy_launch:{host}", lambda: {"said": _said(host, timeout_s)})["said"]
+
+
+def _said(host: str, timeout_s: float) -> str:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
