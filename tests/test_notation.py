@@ -37,6 +37,7 @@ CHECKED = {
     "11_interview": ["11_interview"],
     "05_launch": ["05_launch"],
     "08_troubleshooting": ["08_troubleshooting"],
+    "12_in_practice": ["12_in_practice"],
 }
 # A global symbol that is also a local one, on purpose (the row on the notation page says why).
 DECLARED_OVERLAPS = {"B"}
