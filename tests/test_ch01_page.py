@@ -44,3 +44,31 @@ def test_pipeline_answers():
     assert bubble_fraction(4, 8) == pytest.approx(3 / 11)
     assert min(m for m in range(1, 100) if bubble_fraction(4, m) < 0.1) == 28
     assert "m \\ge 28" in PAGE and "3/11" in PAGE
+
+
+def _mask_runs(s=4):
+    """Made-up mask-demo results and a recorded run that show everything Chapter 1 says."""
+    results = [
+        {"part": "mask", "attn": "sdpa", "seq": s, "mask": None, "later_share": 0.5,
+         "next_share": 1 / s},
+        {"part": "mask", "attn": "eager", "seq": s, "mask": [8, 1, s, s],
+         "blocked": 8 * s * (s - 1) // 2, "later_share": 0.0},
+        {"part": "replay", "attn": "sdpa", "losses": [4.9, 4.8]},
+        {"part": "replay", "attn": "eager", "losses": [4.9, 4.7]},
+        {"part": "small", "attn": "sdpa", "losses": [1.0, 0.01], "causal_mask": 4.0},
+        {"part": "small", "attn": "eager", "losses": [1.0, 0.8], "causal_mask": 1.0},
+    ]  # fmt: skip
+    runs = [{"attn": "sdpa", "losses": [4.9, 4.8, 4.85], "reference": [4.9, 4.7, 4.5]}]
+    return results, runs
+
+
+def test_the_mask_trap_lines_hold_what_the_page_says_and_name_what_does_not():
+    import pytest
+
+    from helpers.chapters.ch01_mask_trap import mask_trap_lines
+
+    results, runs = _mask_runs()
+    assert mask_trap_lines(results, runs)[0].startswith("mask handed to the first layer: eager")
+    results[4]["causal_mask"] = 2.0  # the smaller model no longer fails under a causal mask
+    with pytest.raises(ValueError, match="fails under a causal mask"):
+        mask_trap_lines(results, runs)

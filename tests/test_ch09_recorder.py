@@ -113,7 +113,7 @@ def test_a_part_stops_before_each_run_when_told_why_or_out_of_budget():
 
 
 def test_digits_and_cifar_checks():
-    assert ch09.digits_missing() is None  # scikit-learn is installed here
+    assert ch09.digits_missing() is None  # the copy in helpers/data
     assert ch09.cifar10_present() in (True, False)
 
 

@@ -8,6 +8,7 @@ script must find the accuracy the training script printed.
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -39,18 +40,38 @@ def test_digits_are_the_real_uci_digits():
     assert (len(train), len(test)) == (1438, 359)
 
 
-def test_digits_without_sklearn_come_from_the_shipped_copy(tmp_path, monkeypatch):
-    import sklearn
+def test_the_shipped_digits_are_scikit_learns_file(tmp_path, monkeypatch):
+    """The copy is scikit-learn 1.9.1's file (its sha256, and its bytes where scikit-learn is
+    installed); the loader prefers an installed scikit-learn's own file, and says what is missing
+    when neither is there."""
+    import hashlib
+    import importlib.util
 
-    sklearn_file = imagedata.digits_csv()
-    assert sklearn_file.read_bytes() == imagedata.SHIPPED_DIGITS.read_bytes()  # byte-identical copy
+    shipped = imagedata.SHIPPED_DIGITS.read_bytes()
+    assert hashlib.sha256(shipped).hexdigest() == imagedata.DIGITS_SHA256
+    if importlib.util.find_spec("sklearn") is not None:
+        import sklearn
+
+        real = Path(sklearn.__file__).parent / "datasets" / "data" / "digits.csv.gz"
+        assert real.read_bytes() == shipped and imagedata.digits_csv() == real
+    fake = tmp_path / "site" / "sklearn"  # a scikit-learn as the loader sees one
+    (fake / "datasets" / "data").mkdir(parents=True)
+    (fake / "__init__.py").write_text("")
+    before = sys.modules.pop("sklearn", None)
+    sys.path.insert(0, str(tmp_path / "site"))
+    try:
+        assert imagedata.digits_csv() == fake / "datasets" / "data" / "digits.csv.gz"
+    finally:
+        sys.path.remove(str(tmp_path / "site"))
+        sys.modules.pop("sklearn", None)  # the fake goes; a real one imported before comes back
+        if before is not None:
+            sys.modules["sklearn"] = before
     monkeypatch.setitem(sys.modules, "sklearn", None)  # import sklearn now raises ImportError
     assert imagedata.digits_csv() == imagedata.SHIPPED_DIGITS
     assert imagedata.load_digits_arrays()[0].shape == (1797, 1, 8, 8)
     monkeypatch.setattr(imagedata, "SHIPPED_DIGITS", tmp_path / "missing.csv.gz")
     with pytest.raises(FileNotFoundError, match="scikit-learn"):
         imagedata.digits_csv()
-    assert sklearn  # (imported before the monkeypatch)
 
 
 def test_cifar10_reader_reads_the_python_format(tmp_path):

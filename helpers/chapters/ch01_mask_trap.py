@@ -3,8 +3,8 @@ recorded 2-GPU run (``helpers.demos.ch01_mask``; ``helpers.record.ch01``).
 
 :func:`mask_trap_lines` checks what the runs must show (the mask the first layer gets, where the
 attention goes at initialisation, the CPU replay equal to the recorded losses, the smaller model
-that learns to copy the visible answer) and returns the notebook's lines, with the values that vary
-between CPUs rounded (:mod:`helpers.notebook.measured`).
+that learns to copy the visible answer; a ``ValueError`` names what does not hold) and returns the
+notebook's lines, with the values that vary between CPUs rounded (:mod:`helpers.notebook.measured`).
 """
 
 from __future__ import annotations
@@ -23,16 +23,29 @@ def mask_trap_lines(results: list[dict], runs: list[dict]) -> list[str]:
     [trap] = [r for r in runs if r["attn"] == "sdpa"]  # the recorded run without its mask
     n, s = len(replay["sdpa"]), seen["sdpa"]["seq"]
 
-    assert seen["sdpa"]["mask"] is None and seen["eager"]["mask"] == [8, 1, s, s]
-    assert seen["eager"]["blocked"] == 8 * s * (s - 1) // 2 and seen["eager"]["later_share"] == 0
-    assert (
-        abs(seen["sdpa"]["later_share"] - 0.5) < 0.01
-        and abs(seen["sdpa"]["next_share"] * s - 1) < 0.2
+    _require(
+        seen["sdpa"]["mask"] is None and seen["eager"]["mask"] == [8, 1, s, s],
+        "eager attention gets the (8, 1, s, s) causal mask, SDPA none",
     )
-    assert max(abs(a - b) for a, b in zip(replay["sdpa"], trap["losses"])) < 2e-3
-    assert max(abs(a - b) for a, b in zip(replay["eager"], trap["reference"])) < 2e-3
-    assert small["sdpa"]["losses"][-1] < min(0.05, small["eager"]["losses"][-1] / 4)
-    assert small["sdpa"]["causal_mask"] > 3 * small["eager"]["causal_mask"]
+    _require(
+        seen["eager"]["blocked"] == 8 * s * (s - 1) // 2 and seen["eager"]["later_share"] == 0,
+        "the mask blocks every later position",
+    )
+    _require(
+        abs(seen["sdpa"]["later_share"] - 0.5) < 0.01
+        and abs(seen["sdpa"]["next_share"] * s - 1) < 0.2,
+        "without it, half the attention goes to later positions, 1/s to the next one",
+    )
+    _require(
+        max(abs(a - b) for a, b in zip(replay["sdpa"], trap["losses"])) < 2e-3
+        and max(abs(a - b) for a, b in zip(replay["eager"], trap["reference"])) < 2e-3,
+        "the CPU replay gives the recorded losses, with and without the mask",
+    )
+    _require(
+        small["sdpa"]["losses"][-1] < min(0.05, small["eager"]["losses"][-1] / 4)
+        and small["sdpa"]["causal_mask"] > 3 * small["eager"]["causal_mask"],
+        "the smaller model learns to copy the visible answer and fails under a causal mask",
+    )
 
     out.append(
         f"mask handed to the first layer: eager {tuple(seen['eager']['mask'])}, "
@@ -63,3 +76,8 @@ def mask_trap_lines(results: list[dict], runs: list[dict]) -> list[str]:
         f"{approx(small['eager']['causal_mask'])}"
     )
     return out
+
+
+def _require(holds: bool, what: str) -> None:
+    if not holds:
+        raise ValueError(f"the mask demo's runs do not show what Chapter 1 says: {what}")

@@ -4,20 +4,22 @@ Chapter 5, "TP inside a node, DP across nodes, measured" (Chapter 2's mesh order
 model). Started on several hosts with the same number of ranks each (torchrun ``--nnodes``, ranks
 ``k·n .. k·n + n - 1`` on host k), every rank takes part in four measurements:
 
-1. **the link**: rank 0 sends ``--link-bytes`` to rank 1 (the same host) and then to rank
-   ``n`` (the next host), alone on the wire; the receiver's time gives bytes/s;
+1. **the link** (:func:`helpers.run.collectives.link_rates`): rank 0 sends ``--link-bytes`` to
+   rank 1 (the same host) and then to rank ``n`` (the next host), alone on the wire; the
+   receiver's time gives bytes/s;
 2. **the collectives**: all-reduce of every ``--inside-sizes`` message in pairs inside the hosts
    (``{0,1}, {2,3}``) and of every ``--sizes`` message in pairs across them (``{0,2}, {1,3}``),
    every pair at once as in training, in loops of back-to-back calls between barriers
-   (:func:`helpers.run.collectives.time_calls`), the slowest rank's time;
+   (:func:`helpers.run.collectives.pair_rows`), the slowest rank's time;
 3. **compute alone**: the tensor-parallel steps below with every collective skipped;
 4. **both mesh orders**, dp × tp = 2 × 2: ``tp_inside`` (Colossal-AI's order, dp outer: tensor
    groups ``{0,1}, {2,3}``) and ``tp_across`` (tp outer: ``{0,2}, {1,3}``). The model is
    ``--layers`` Megatron MLP blocks (:func:`helpers.parallel.tp.mlp_blocks`) on a
    (batch, seq, hidden) input per replica, each block one all-reduce of the activations forward
    (g) and one backward (f); after backward one all-reduce of all gradients as one bucket over the
-   data group, then SGD. Every collective is timed where it is called (gloo on the CPU blocks
-   until it is done), so each step gives its time and its time inside collectives.
+   data group, then SGD (:func:`helpers.train.grid3d.timed_step`). Every collective is timed
+   where it is called (:class:`helpers.parallel.tp.CommClock`; gloo on the CPU blocks until it
+   is done), so each step gives its time and its time inside collectives.
 
 The first step of each order is checked against the unsplit model on the whole global batch
 (loss and every gradient shard, fp32 tolerance) and not timed; then ``--rounds`` rounds run
@@ -31,151 +33,25 @@ puts the cost model beside it.
 
 import os
 import statistics
-import time
 
-import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 
-from helpers.parallel.tp import mlp_block, mlp_blocks, shard_mlp_blocks
+from helpers.parallel.tp import mlp_blocks, shard_mlp_blocks
 from helpers.run import cli
-from helpers.run.collectives import parse_size, time_calls
+from helpers.run.collectives import link_rates, pair_rows, parse_size
 from helpers.run.env import distributed, emit, say
 from helpers.run.mesh_orders import ORDERS, order_groups
-from helpers.train.grid3d import compare_shards
-from helpers.train.reference import check_close, global_max, randn, strict_fp32
-
-COMM = [0.0]  # seconds inside collectives since the last reset
+from helpers.train.grid3d import check_unsplit, timed_step
+from helpers.train.reference import randn, strict_fp32
 
 
-def _all_reduce(t: torch.Tensor, group) -> None:
-    """A timed all-reduce over ``group``; ``group=None`` skips it (compute alone)."""
-    if group is not None:
-        start = time.perf_counter()
-        dist.all_reduce(t, group=group)
-        COMM[0] += time.perf_counter() - start
-
-
-class _Copy(torch.autograd.Function):  # Megatron's f, timed (helpers.parallel.tp)
-    @staticmethod
-    def forward(ctx, x, group):
-        ctx.group = group
-        return x.view_as(x)
-
-    @staticmethod
-    def backward(ctx, grad):
-        grad = grad.contiguous().clone()
-        _all_reduce(grad, ctx.group)
-        return grad, None
-
-
-class _Reduce(torch.autograd.Function):  # Megatron's g, timed
-    @staticmethod
-    def forward(ctx, x, group):
-        out = x.contiguous().clone()
-        _all_reduce(out, group)
-        return out
-
-    @staticmethod
-    def backward(ctx, grad):
-        return grad, None
-
-
-def block(x, p, group):
-    """One tensor-parallel MLP block (:func:`helpers.parallel.tp.mlp_block`) with timed f and g."""
-    partial = F.gelu(_Copy.apply(x, group) @ p["A"] + p["a"]) @ p["B"]
-    return x + _Reduce.apply(partial, group) + p["b"]
-
-
-def train_step(params, x, y, tp_group, dp_group, dp: int, lr: float | None):
-    """Forward, backward, one all-reduce of the gradient bucket over ``dp_group``, SGD (unless
-    ``lr`` is None): (loss, seconds, seconds inside collectives)."""
-    tensors = [t for p in params for t in p.values()]
-    dist.barrier()
-    COMM[0] = 0.0
-    start = time.perf_counter()
-    out = x.clone().requires_grad_()  # as after a trained layer: its gradient is needed
-    for p in params:
-        out = block(out, p, tp_group)
-    loss = F.mse_loss(out, y)
-    loss.backward()
-    bucket = torch.cat([t.grad.reshape(-1) for t in tensors])
-    _all_reduce(bucket, dp_group)
-    bucket /= dp
-    with torch.no_grad():
-        for t, g in zip(tensors, bucket.split([t.numel() for t in tensors])):
-            t.grad.copy_(g.view_as(t))
-            if lr is not None:
-                t -= lr * t.grad
-                t.grad = None
-    return loss.detach(), time.perf_counter() - start, COMM[0]
-
-
-def link_rates(nbytes: int, per_host: int, repeats: int) -> dict:
-    """Bytes/s of one send from rank 0 to rank 1 (same host) and to rank ``per_host`` (next
-    host), the median of ``repeats``, timed by the receiver."""
-    rank, buf = dist.get_rank(), torch.ones(nbytes // 4)
-    rates = {}
-    for path, peer in (("inside", 1), ("across", per_host)):
-        times = []
-        for _ in range(repeats):
-            dist.barrier()
-            start = time.perf_counter()
-            if rank == 0:
-                dist.send(buf, peer)
-            elif rank == peer:
-                dist.recv(buf, 0)
-            took = torch.tensor([time.perf_counter() - start if rank == peer else 0.0])
-            dist.all_reduce(took, op=dist.ReduceOp.MAX)
-            times.append(float(took))
-        rates[path] = nbytes / statistics.median(times)
-    return rates
-
-
-def collective_rows(pairs: dict, sizes: dict, iters: int, loops: int) -> list[dict]:
-    """All-reduce times per path and size (``sizes[path]``: a host's loopback needs larger
-    messages than the shaped link to show its bandwidth), every pair of the path at once:
-    ``loops`` loops of ``iters`` calls back to back (nccl-tests' timing), so the pairs overlap
-    and share the link even when a rank starts late; a loop's time the slowest rank's, the
-    median loop's per call."""
-    rows = []
-    for path, group in pairs.items():
-        for size in sizes[path]:
-            buf = torch.ones(size // 4)
-            op = lambda: dist.all_reduce(buf, group=group)  # noqa: E731
-            op()
-            slowest = torch.tensor(time_calls(op, torch.device("cpu"), iters, loops))
-            dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
-            rows.append(
-                {"path": path, "collective": "all_reduce", "size_bytes": size, "n": 2,
-                 "seconds": statistics.median(slowest.tolist())}
-            )  # fmt: skip
-    return rows
-
-
-def batch(args, step: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+def batch(args, step: int, device):
     """The global batch of ``step``: (2·batch, seq, hidden) inputs and targets, the same on
     every rank; data replica d takes rows d·batch .. (d+1)·batch."""
     shape = (2 * args.batch, args.seq, args.hidden)
     return randn(*shape, seed=1000 + step, device=device), randn(
         *shape, seed=2000 + step, device=device
     )
-
-
-def check_unsplit(run: dict, full, x, y, loss, order: str, device) -> list[float]:
-    """The step just taken against the unsplit model on the whole global batch: max |loss
-    difference|, max |gradient shard difference| over all ranks, and the loss."""
-    loss = loss.clone()  # this replica's; their mean is the global batch's
-    dist.all_reduce(loss, group=run["dp_g"])
-    ref = x
-    for blk in full:
-        ref = mlp_block(ref, blk)
-    ref_loss = F.mse_loss(ref, y)
-    ref_loss.backward()
-    loss_diff = check_close(f"{order} loss", loss / 2, ref_loss.detach())
-    layers = list(range(len(full)))
-    grad_diff = compare_shards(run["params"], full, layers, run["tp_rank"], 2, "grad", order)
-    return [loss_diff, global_max(grad_diff, device), float(ref_loss)]
 
 
 def main() -> None:
@@ -219,27 +95,28 @@ def main() -> None:
             path: [parse_size(s) for s in text.split(",")]
             for path, text in (("inside", args.inside_sizes), ("across", args.sizes))
         }
-        rows = collective_rows(pairs, sizes, args.iters, args.loops)
+        rows = pair_rows(pairs, sizes, args.iters, args.loops)
         full = mlp_blocks(args.layers, args.hidden, args.seed, env.device)
         D = T = 2
         runs, checks = {}, {}
         for order in ("compute", *ORDERS):  # compute alone: tp_inside's shards, no collectives
             groups = mine["tp_inside" if order == "compute" else order]
-            comm = order != "compute"
             tp_rank, dp_rank = groups["tp"].index(env.rank), groups["dp"].index(env.rank)
             r = runs[order] = dict(
                 params=shard_mlp_blocks(full, list(range(args.layers)), tp_rank, T),
-                tp_g=made[tuple(groups["tp"])] if comm else None,
-                dp_g=made[tuple(groups["dp"])] if comm else None,
+                tp_g=made[tuple(groups["tp"])],
+                dp_g=made[tuple(groups["dp"])],
                 rows=slice(dp_rank * args.batch, (dp_rank + 1) * args.batch),
-                tp_rank=tp_rank,
+                skip=order == "compute",
             )
             x, y = batch(args, 0, env.device)
-            loss, *_ = train_step(
-                r["params"], x[r["rows"]], y[r["rows"]], r["tp_g"], r["dp_g"], D, None
-            )
-            if comm:  # the first step, untimed, against the unsplit model
-                checks[order] = check_unsplit(r, full, x, y, loss, order, env.device)
+            mine_x, mine_y = x[r["rows"]], y[r["rows"]]
+            loss, *_ = timed_step(r["params"], mine_x, mine_y, r["tp_g"], r["dp_g"], D, None,
+                                  r["skip"])  # fmt: skip
+            if not r["skip"]:  # the first step, untimed, against the unsplit model
+                checks[order] = check_unsplit(
+                    r["params"], full, x, y, loss, r["dp_g"], D, tp_rank, T, order
+                )
             for t in [t for q in r["params"] + full for t in q.values()]:
                 t.grad = None
         timings = {o: [] for o in runs}
@@ -247,9 +124,8 @@ def main() -> None:
             for order, r in runs.items():
                 for i in range(args.steps):
                     x, y = batch(args, 1 + rnd * args.steps + i, env.device)
-                    out = train_step(
-                        r["params"], x[r["rows"]], y[r["rows"]], r["tp_g"], r["dp_g"], D, args.lr
-                    )
+                    out = timed_step(r["params"], x[r["rows"]], y[r["rows"]], r["tp_g"],
+                                     r["dp_g"], D, args.lr, r["skip"])  # fmt: skip
                     timings[order].append(out[1:])
         if env.rank == 0:
             say(f"link inside {rates['inside'] / 1e6:.0f} MB/s, across {rates['across'] / 1e6:.1f}")

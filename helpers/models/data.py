@@ -12,8 +12,9 @@ says where to put them.
 
 The offline dataset is scikit-learn's copy of the UCI handwritten digits (Alpaydin & Kaynak 1998):
 1,797 real 8×8 grey images of the digits 0-9, 16 grey levels. scikit-learn ships it as
-``sklearn/datasets/data/digits.csv.gz`` (64 pixel columns then the label); on a machine without
-scikit-learn (the GPU box) the byte-identical copy in ``helpers/data/`` is read instead.
+``sklearn/datasets/data/digits.csv.gz`` (64 pixel columns then the label); where scikit-learn is
+not installed (the book's own environment, the GPU box) the byte-identical copy in
+``helpers/data/`` is read instead (its README gives the file's sha256).
 """
 
 from __future__ import annotations
@@ -43,6 +44,8 @@ def data_root() -> Path:
 
 
 SHIPPED_DIGITS = Path(__file__).resolve().parents[1] / "data" / "digits.csv.gz"
+# scikit-learn 1.9.1's digits.csv.gz, of which SHIPPED_DIGITS is a copy (helpers/data/README.md)
+DIGITS_SHA256 = "09f66e6debdee2cd2b5ae59e0d6abbb73fc2b0e0185d2e1957e9ebb51e23aa22"
 
 
 def digits_csv() -> Path:

@@ -16,53 +16,82 @@ The two conjugate operators around the block carry the communication:
   backward pass (every rank already holds the whole ``dL/dY``).
 
 One MLP forward and backward therefore costs exactly one all-reduce each way.
+
+A :class:`CommClock` given to f and g (through :func:`mlp_block`) adds up the seconds spent inside
+their all-reduces, or leaves them out for a step's compute alone (Chapter 5's mesh-order
+measurement, ``helpers/demos/ch05_mesh_order.py``).
 """
 
 from __future__ import annotations
+
+import time
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
 
+class CommClock:
+    """Seconds inside the all-reduces it is given (gloo on the CPU blocks until a collective is
+    done, so the wall time around the call is the collective's); with ``skip`` they are left out,
+    so that the step's compute can be timed alone."""
+
+    def __init__(self, skip: bool = False):
+        self.skip, self.seconds = skip, 0.0
+
+    def all_reduce(self, t: torch.Tensor, group) -> None:
+        if self.skip:
+            return
+        start = time.perf_counter()
+        dist.all_reduce(t, op=dist.ReduceOp.SUM, group=group)
+        self.seconds += time.perf_counter() - start
+
+
+def _all_reduce(t: torch.Tensor, group, clock: CommClock | None) -> None:
+    if clock is None:
+        dist.all_reduce(t, op=dist.ReduceOp.SUM, group=group)
+    else:
+        clock.all_reduce(t, group)
+
+
 class CopyToTensorParallel(torch.autograd.Function):
     """Megatron's f: identity forward, all-reduce(SUM) backward."""
 
     @staticmethod
-    def forward(ctx, x: torch.Tensor, group=None) -> torch.Tensor:
-        ctx.group = group
+    def forward(ctx, x: torch.Tensor, group=None, clock: CommClock | None = None) -> torch.Tensor:
+        ctx.group, ctx.clock = group, clock
         return x.view_as(x)
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
         grad = grad.contiguous().clone()
-        dist.all_reduce(grad, op=dist.ReduceOp.SUM, group=ctx.group)
-        return grad, None
+        _all_reduce(grad, ctx.group, ctx.clock)
+        return grad, None, None
 
 
 class ReduceFromTensorParallel(torch.autograd.Function):
     """Megatron's g: all-reduce(SUM) forward, identity backward."""
 
     @staticmethod
-    def forward(ctx, x: torch.Tensor, group=None) -> torch.Tensor:
+    def forward(ctx, x: torch.Tensor, group=None, clock: CommClock | None = None) -> torch.Tensor:
         out = x.contiguous().clone()
-        dist.all_reduce(out, op=dist.ReduceOp.SUM, group=group)
+        _all_reduce(out, group, clock)
         return out
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
-        return grad, None
+        return grad, None, None
 
 
-def f(x: torch.Tensor, group=None) -> torch.Tensor:
+def f(x: torch.Tensor, group=None, clock: CommClock | None = None) -> torch.Tensor:
     """Enter a tensor-parallel region: identity now, all-reduce of the gradient later."""
-    return CopyToTensorParallel.apply(x, group)
+    return CopyToTensorParallel.apply(x, group, clock)
 
 
-def g(x: torch.Tensor, group=None) -> torch.Tensor:
+def g(x: torch.Tensor, group=None, clock: CommClock | None = None) -> torch.Tensor:
     """Leave a tensor-parallel region: all-reduce the partial sums now, identity for the
     gradient."""
-    return ReduceFromTensorParallel.apply(x, group)
+    return ReduceFromTensorParallel.apply(x, group, clock)
 
 
 def shard(t: torch.Tensor, dim: int, rank: int, world_size: int) -> torch.Tensor:
@@ -95,14 +124,15 @@ def mlp_blocks(layers: int, hidden: int, seed: int, device) -> list[dict[str, to
     return [{k: v.to(device).requires_grad_() for k, v in blk.items()} for blk in blocks]
 
 
-def mlp_block(x, p, group=None):
-    """One MLP block; with ``group`` the tensor-parallel version (p holds this rank's shards)."""
+def mlp_block(x, p, group=None, clock: CommClock | None = None):
+    """One MLP block; with ``group`` the tensor-parallel version (p holds this rank's shards), its
+    f and g timed by ``clock`` if given."""
     if group is None:
         return x + F.gelu(x @ p["A"] + p["a"]) @ p["B"] + p["b"]
     partial = (
-        F.gelu(f(x, group) @ p["A"] + p["a"]) @ p["B"]
+        F.gelu(f(x, group, clock) @ p["A"] + p["a"]) @ p["B"]
     )  # (mb, h): this rank's share of the sum
-    return x + g(partial, group) + p["b"]
+    return x + g(partial, group, clock) + p["b"]
 
 
 def shard_mlp_blocks(

@@ -106,3 +106,46 @@ def measure(sizes: list[int], n: int, device, warmup: int, iters: int, rounds: i
             alg, bus = alg_bandwidth(size, t), bus_bandwidth(name, size, n, t)
             rows.append((name, size, t, alg, bus, min(slowest.tolist())))
     return rows
+
+
+def link_rates(nbytes: int, per_host: int, repeats: int) -> dict[str, float]:
+    """Bytes/s of one send from rank 0 to rank 1 (same host) and to rank ``per_host`` (the next
+    host), alone on the wire, the median of ``repeats``, timed by the receiver (Chapter 5's
+    mesh-order measurement)."""
+    rank, buf = dist.get_rank(), torch.ones(nbytes // 4)
+    rates = {}
+    for path, peer in (("inside", 1), ("across", per_host)):
+        times = []
+        for _ in range(repeats):
+            dist.barrier()
+            start = time.perf_counter()
+            if rank == 0:
+                dist.send(buf, peer)
+            elif rank == peer:
+                dist.recv(buf, 0)
+            took = torch.tensor([time.perf_counter() - start if rank == peer else 0.0])
+            dist.all_reduce(took, op=dist.ReduceOp.MAX)
+            times.append(float(took))
+        rates[path] = nbytes / statistics.median(times)
+    return rates
+
+
+def pair_rows(pairs: dict, sizes: dict, iters: int, loops: int) -> list[dict]:
+    """All-reduce times per path and size on the CPU, every pair of a path at once as in
+    training (``pairs[path]``: this rank's pair group; ``sizes[path]``: a host's loopback needs
+    larger messages than a shaped link to show its bandwidth): ``loops`` loops of ``iters`` calls
+    back to back (:func:`time_calls`), so the pairs overlap and share the link even when a rank
+    starts late; a loop's time the slowest rank's, the median loop's per call."""
+    rows = []
+    for path, group in pairs.items():
+        for size in sizes[path]:
+            buf = torch.ones(size // 4)
+            op = lambda: dist.all_reduce(buf, group=group)  # noqa: E731
+            op()
+            slowest = torch.tensor(time_calls(op, torch.device("cpu"), iters, loops))
+            dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+            rows.append(
+                {"path": path, "collective": "all_reduce", "size_bytes": size, "n": 2,
+                 "seconds": statistics.median(slowest.tolist())}
+            )  # fmt: skip
+    return rows

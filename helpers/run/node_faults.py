@@ -89,6 +89,16 @@ def _diagnosis(log: str, hosts: Hosts) -> dict:
     return {"kind": d.kind, "cause": d.cause, "fix": d.fix, "evidence": d.evidence}
 
 
+def _head(hosts: Hosts, nodes: list[Node], at_step: int) -> dict:
+    """What every fault's record starts with: the hosts, the reader's torchrun lines, the step
+    after which the fault struck."""
+    return {
+        "banner": hosts.banner(),
+        "commands": [reader_line(n.command) for n in nodes],
+        "at_step": at_step,
+    }
+
+
 def _finish(nodes: list[Node]) -> list[int | None]:
     codes = []
     for n in nodes:
@@ -113,9 +123,7 @@ def lost_node(steps: int = 60, at_step: int = 4, timeout_s: float = 5.0, bound_s
         left = [hosts.processes(k) for k in range(2)]
         log = nodes[0].output  # the dead host printed nothing more: host 0's log is the evidence
         return {
-            "banner": hosts.banner(),
-            "commands": [reader_line(n.command) for n in nodes],
-            "at_step": at_step,
+            **_head(hosts, nodes, at_step),
             "killed_processes": killed,
             "seconds_to_end": seconds,
             "bound_s": bound_s,
@@ -145,9 +153,7 @@ def link_down(steps: int = 60, at_step: int = 4, timeout_s: float = 3.0, bound_s
         codes = _finish(nodes)
         logs = [n.output for n in nodes]
         return {
-            "banner": hosts.banner(),
-            "commands": [reader_line(n.command) for n in nodes],
-            "at_step": at_step,
+            **_head(hosts, nodes, at_step),
             "timeout_s": timeout_s,
             "host0_seconds_to_end": host0_s,
             "stranded_on_host1": stranded,  # what still ran on host 1 when host 0 had ended
@@ -225,10 +231,8 @@ def elastic_restart(steps: int = 16, at_step: int = 7, save_every: int = 2,
             resumed = survivor.wait_for(r"resumed from", 1, restart)
             results = results_of(lines)
             return {
-                "banner": hosts.banner(),
-                "commands": [reader_line(n.command) for n in nodes],
+                **_head(hosts, nodes, at_step),
                 "host1_back_command": reader_line(back.command),
-                "at_step": at_step,
                 "checkpoints_at_kill": saved,
                 "workers_failed_s": round(survivor.times[seen] - struck, 2),
                 "restart_logged_s": round(survivor.times[restart] - struck, 2),

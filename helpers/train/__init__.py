@@ -16,6 +16,7 @@ runs' weights). Measuring and failing: signals (throughput, memory, communicatio
 (the tuning knobs), levers, linear_ce and fp8 (Chapter 8's flagship levers: fused linear
 cross-entropy, FP8 matmuls), profiling (compute versus communication), trace (one step's per-rank
 compute, communication and idle intervals, Chapter 2), memory_snapshot (the allocator's trace by
-category, Chapter 8), faults (deliberate failures),
+category, Chapter 8), faults (deliberate failures), elastic_job (the tiny job of Chapter 8's node
+faults and Chapter 5's elastic restart, with its one-process reference),
 diagnose (a failed log -> cause and fix), labs and kernel_lock_lab (the failure labs).
 """
