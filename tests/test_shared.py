@@ -125,6 +125,26 @@ def test_a_caller_asking_while_the_run_is_made_waits_for_it(run_folder):
     assert got == [{"n": 1}, {"n": 1}] and calls == [1]
 
 
+def test_a_launch_asked_for_while_the_same_one_runs_waits_and_is_replayed(run_folder):
+    """The other pytest-xdist worker asking for the same launch at the same time: one runs, the
+    other waits for it and is answered from it."""
+    import threading
+
+    got, start = [], threading.Barrier(2)
+
+    def ask():
+        start.wait()  # both at once
+        got.append(launch("selftest", 2, show="none"))
+
+    both = [threading.Thread(target=ask) for _ in range(2)]
+    for t in both:
+        t.start()
+    for t in both:
+        t.join()
+    assert sorted(_outcomes(run_folder)) == ["ran", "reused"]
+    assert got[0].results == got[1].results and got[0].seconds == got[1].seconds
+
+
 def test_importing_colossalai_does_not_change_a_key(monkeypatch, tmp_path):
     """`import colossalai` sets CUDA_DEVICE_MAX_CONNECTIONS in the caller; a test that imports it
     and a notebook that does not must still share their launch."""

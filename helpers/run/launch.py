@@ -162,9 +162,17 @@ def launch(
     plan = (
         shared.plan(demo, nproc, args, {**placement_env(nproc), **(env or {})}) if share else None
     )
-    if plan and show != "all" and (stored := shared.load(plan)) is not None:
-        shared.replay(stored, show, args)  # what the first run printed, "✓" line included
-        return LaunchResult(**stored)
+    with shared.claimed(plan):  # an identical launch asked for meanwhile waits for this one
+        if plan and show != "all" and (stored := shared.load(plan)) is not None:
+            shared.replay(stored, show, args)  # what the first run printed, "✓" line included
+            return LaunchResult(**stored)
+        launched = _torchrun(demo, nproc, args, timeout_s, show, env, expect_results)
+        shared.keep(plan, asdict(launched), args)
+    return launched
+
+
+def _torchrun(demo, nproc, args, timeout_s, show, env, expect_results) -> LaunchResult:
+    """One torchrun of :func:`launch`, its output read live; raises on a timeout or a failure."""
     log_dir = tempfile.mkdtemp(prefix="book-torchrun-")
     cmd = torchrun_command(demo, nproc, args, log_dir=log_dir)
     child_env = rank_env(nproc, env)
@@ -268,9 +276,7 @@ def launch(
     results.sort(key=lambda x: x["rank"])
     if show != "none":
         print(f"✓ {name} on {nproc} rank(s) in {seconds:.1f} s")
-    launched = LaunchResult(name, nproc, seconds, results, lines)
-    shared.keep(plan, asdict(launched), args)
-    return launched
+    return LaunchResult(name, nproc, seconds, results, lines)
 
 
 def _pump(stream, out: queue.Queue) -> None:

@@ -18,13 +18,15 @@ A launch is shared only when nothing but its command decides its result:
 - an argument that names a folder with something in it (a checkpoint to resume from is state on
   disk) makes the launch private, and so does ``share=False`` (a test that runs a command twice to
   compare the two runs must really run it twice);
-- failures and timeouts are never stored.
+- failures and timeouts are never stored;
+- while a launch runs, an identical one waits for it (:func:`claimed`), as :func:`once` does.
 
 Every launch appends one line to ``log.jsonl`` in the folder; :func:`summary` reads it back.
 """
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import json
@@ -120,6 +122,19 @@ def _saved(k: str, i: int) -> Path:
 def _literal(path: str) -> str:
     """``path`` as it stands inside a JSON string, escaped for :func:`re.sub`'s replacement."""
     return json.dumps(path)[1:-1].replace("\\", "\\\\")
+
+
+@contextlib.contextmanager
+def claimed(p: Plan | None):
+    """Hold ``p``'s key while its launch runs (no-op for a private launch): an identical launch
+    asked for meanwhile (the other pytest-xdist worker) waits, then is answered from the stored
+    run instead of running too; after a failure, which is never stored, it runs itself."""
+    if p is None:
+        yield
+        return
+    with open(folder() / f"{p.key}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
 
 
 def load(p: Plan) -> dict | None:
