@@ -168,6 +168,21 @@ def test_a_four_gpu_machine_tries_only_the_four_gpu_runs(tmp_path, monkeypatch):
     assert [r["error"] for r in out] == ["skipped: the recording's budget was spent"]
 
 
+def test_recording_leaves_the_callers_environment_as_it_was(monkeypatch):
+    """Multicast is off for the recording's ranks only: left in this process's environment, the
+    NCCL_/TORCH_ variables would change the key of every later shared run (helpers.run.shared)
+    and nothing after it would be shared with the notebooks."""
+    import os
+
+    from helpers.run import shared
+
+    for name in mg.MULTICAST_OFF:
+        monkeypatch.delenv(name, raising=False)
+    before = shared._deciding()
+    mg.record(budget_s=0, gpus_here=4)
+    assert shared._deciding() == before and not set(mg.MULTICAST_OFF) & set(os.environ)
+
+
 def fake_hybrid(layout: dict, losses, reference, tokens=(100_000, 90_000)) -> list[dict]:
     """Two ranks' RESULT lines of ch09_hybrid (both on the last stage)."""
     return [

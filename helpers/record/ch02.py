@@ -126,10 +126,17 @@ def record(
 ) -> list[dict]:
     """Launch the chosen runs that fit this machine, in RUNS order; save after every launched run,
     and copy the saved file to ``copy_to``/<hardware>/ (a device's $OUT: what a command killed at
-    its time limit had saved still comes back)."""
+    its time limit had saved still comes back). NVLink multicast is off in this process's
+    environment while it records, and only then (:data:`MULTICAST_OFF`)."""
+    from unittest import mock
+
+    with mock.patch.dict(os.environ, MULTICAST_OFF):
+        return _launch_runs(keys, quick, budget_s, save_results, show, gpus_here, copy_to)
+
+
+def _launch_runs(keys, quick, budget_s, save_results, show, gpus_here, copy_to) -> list[dict]:
     from helpers.run.env import gpu_count
 
-    os.environ.update(MULTICAST_OFF)
     gpus_here = gpu_count() if gpus_here is None else gpus_here
     chosen = [run_named(k) for k in keys] if keys else list(RUNS)
     chosen.sort(key=lambda r: KEYS.index(r.key))
