@@ -472,12 +472,22 @@ def test_the_recorder_keeps_nvlink_multicast_off_for_every_rank(tmp_path, monkey
     monkeypatch.setattr(results, "RESULTS_DIR", tmp_path)
     for name in mg.MULTICAST_OFF:
         monkeypatch.setenv(name, "x")  # even when set otherwise, the recorder sets the safe values
+    seen = []
+    real = mg.run_part
+
+    def launching(*args, **kwargs):  # what the ranks of each run would inherit
+        seen.append({n: os.environ[n] for n in mg.MULTICAST_OFF})
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(mg, "run_part", launching)
     mg.record(gpus_here=2)
-    assert {n: os.environ[n] for n in mg.MULTICAST_OFF} == {
+    safe = {
         "NCCL_NVLS_ENABLE": "0",
         "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
         "NVSHMEM_DISABLE_NVLS": "1",
     }
+    assert seen and all(s == safe for s in seen)
+    assert {n: os.environ[n] for n in mg.MULTICAST_OFF} == dict.fromkeys(safe, "x")  # restored
 
 
 @pytest.mark.gpu
