@@ -61,9 +61,20 @@ LEVERS = [  # (name, the flags added to BASE): one lever each, then the levers t
         "--sdpa cudnn --fused_ce chunked --ce_chunk 16384 --micro_batch 48".split(),
     ),
     ("cuDNN + micro-batch 32", "--sdpa cudnn --micro_batch 32".split()),
+    # one matmul for q/k/v and one for gate/up (helpers.train.fused_proj): wider products, and in
+    # the backward one ∂x product instead of three and two adds
+    ("fused projections: q/k/v and gate/up", ["--fuse_proj"]),
+    (
+        "cuDNN + Liger CE + fused projections + micro-batch 48",
+        "--sdpa cudnn --fused_ce liger --fuse_proj --micro_batch 48".split(),
+    ),
 ]
 LEVERS_FSDP2 = [  # plain PyTorch given the same levers: the same model, data and precision
     ("FSDP2: cuDNN + Liger CE + micro-batch 48", "--sdpa cudnn --fused_ce liger --micro_batch 48"),
+    (
+        "FSDP2: cuDNN + Liger CE + fused projections + micro-batch 48",
+        "--sdpa cudnn --fused_ce liger --fuse_proj --micro_batch 48",
+    ),
 ]
 # the levers that won (flagship_levers.json), with the micro-batch the fused loss makes room for
 BEST = "--sdpa cudnn --fused_ce liger --micro_batch 48".split()
@@ -183,6 +194,7 @@ def row(name: str, run: dict, ceiling_tflops: float | None) -> dict:
         {k: r0.get(k) for k in ("sdpa", "fused_ce", "compile_scope", "compile_mode")},
         recompute_layers=r0.get("recompute_layers", 0),
         fp8=r0.get("fp8", "none"),
+        fuse_proj=r0.get("fuse_proj", False),
         losses=r0.get("losses"),
         ceiling_fraction=round(out["mfu"] * H200_BF16_PEAK / ceiling, 4),
         trace=(r0.get("profile") or {}).get("trace"),

@@ -110,6 +110,7 @@ def build(layout, args, env):
     if env.is_gpu:  # the reference's memory is not the layout's
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats(env.device)
+    speed.before_wrapping(model, args)  # levers that replace parameters: after the reference
     if layout.recompute:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     if args.framework == "fsdp2":

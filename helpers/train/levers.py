@@ -17,6 +17,9 @@ per lever by :mod:`helpers.record.flagship_levers` on one H200:
   (a layer-selective recompute that lets a larger micro-batch fit).
 * ``--fp8 torch`` — the decoder's linear layers in FP8 through ``torch._scaled_mm``
   (:mod:`helpers.train.fp8`).
+* ``--fuse_proj`` — one matmul for q, k, v and one for gate and up
+  (:mod:`helpers.train.fused_proj`); it changes the parameters, so :func:`before_wrapping` applies
+  it before the plugin or FSDP2 sees them, after the reference has trained its copy.
 
 The whole-model path drops the all-ones ``attention_mask``: traced by Dynamo, transformers 4.51
 would turn it into an explicit 4-D mask and SDPA would lose its causal kernels.
@@ -46,6 +49,9 @@ def add_arguments(p) -> None:
     p.add_argument("--compile_mode", choices=COMPILE_MODES, default="default")
     p.add_argument("--recompute_layers", type=int, default=0, help="recompute the first K layers")
     p.add_argument("--fp8", choices=("none", "torch"), default="none")
+    p.add_argument(
+        "--fuse_proj", action="store_true", help="one matmul for q/k/v and one for gate/up"
+    )
     p.add_argument("--trace", action="store_true", help="keep the profiled step's kernel timeline")
     p.add_argument(
         "--memory_snapshot", action="store_true", help="one more step under the allocator's trace"
@@ -61,6 +67,7 @@ def describe(args) -> dict:
         compile_mode=args.compile_mode if args.compile else None,
         recompute_layers=args.recompute_layers,
         fp8=args.fp8,
+        fuse_proj=getattr(args, "fuse_proj", False),
     )
 
 
@@ -131,6 +138,18 @@ def recompute_layers(model, k: int) -> int:
         inner = layer.forward
         layer.forward = partial(checkpoint, inner, use_reentrant=False)
     return min(k, len(layers))
+
+
+def before_wrapping(model, args) -> None:
+    """The levers that replace parameters (``--fuse_proj``): on the plain model, before a plugin
+    or FSDP2 takes its parameters."""
+    if getattr(args, "fuse_proj", False):
+        from helpers.train.fused_proj import fuse_projections
+
+        if getattr(args, "tp", 1) > 1:  # shardformer's Llama policy splits q/k/v and gate/up
+            raise SystemExit("--fuse_proj needs --tp 1: tensor parallelism shards the unfused ones")
+
+        fuse_projections(model)
 
 
 def apply(model, args) -> None:
