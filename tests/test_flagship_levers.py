@@ -105,3 +105,33 @@ def test_trace_intervals_merge_and_busy_share():
     out = trace_intervals(events)
     assert [c for _, _, c in out["intervals"]] == ["matmul", "triton (compiled)"]
     assert out["busy"] == 0.75 and out["span_ms"] == 0.04
+
+
+def test_each_sdpa_setting_compiles_into_its_own_cache(monkeypatch, tmp_path):
+    """Inductor's cache ignores the SDPA switches, so each setting gets a folder of its own."""
+    from helpers.train.levers import separate_compile_cache
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
+    flash = separate_compile_cache("flash")
+    assert flash == str(tmp_path / "sdpa-flash")
+    assert separate_compile_cache("efficient") == str(tmp_path / "sdpa-efficient")  # not nested
+    import os
+
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "sdpa-efficient")
+
+
+def test_a_row_that_ran_another_backends_attention_fails():
+    """A profile naming flash's kernels in a run that allowed only the efficient ones: failed."""
+    from helpers.record.flagship_levers import _check_sdpa
+
+    flash_bwd = "void pytorch_flash::flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel<"
+    row = {"ok": True, "sdpa": "efficient", "kernels": {"top": [["nvjet_sm90_x", 1.0]]}}
+    row["trace"] = {"kernels": {flash_bwd: 46.0}}
+    _check_sdpa(row)
+    assert not row["ok"] and "flash" in row["error"] and row["sdpa_ran"] == "flash"
+    same = {"ok": True, "sdpa": "flash", "kernels": {"top": [[flash_bwd, 46.0]]}}
+    _check_sdpa(same)
+    assert same["ok"] and same["sdpa_ran"] == "flash"
+    unseen = {"ok": True, "sdpa": "cudnn", "kernels": {"top": [["nvjet_sm90_x", 1.0]]}}
+    _check_sdpa(unseen)  # no attention kernel among the names: nothing to say
+    assert unseen["ok"] and unseen["sdpa_ran"] is None

@@ -201,8 +201,28 @@ def row(name: str, run: dict, ceiling_tflops: float | None) -> dict:
         memory_snapshot=r0.get("memory_snapshot"),
         matmul_ceiling_tflops=ceiling_tflops,
     )
+    _check_sdpa(out)
     snap = r0.get("memory_snapshot") or {}
     if "peak_gib" in snap:  # the snapshot step's phase marks reset the allocator's peak counter:
         # the run's peak is the larger of the step before (timed_peak_gib) and the traced step's
         out["peak_gib"] = round(max(snap["peak_gib"], snap.get("timed_peak_gib", 0.0)), 1)
     return out
+
+
+def _check_sdpa(out: dict) -> None:
+    """A row that asked for one SDPA backend but whose profile names another's kernels measured
+    something else: it fails, with the reason (:func:`helpers.train.levers.sdpa_in`)."""
+    from helpers.train.levers import sdpa_in
+
+    names = [n for n, _ in (out.get("kernels") or {}).get("top", [])]
+    names += list((out.get("trace") or {}).get("kernels", {}))
+    ran = sdpa_in(names)
+    out["sdpa_ran"] = "/".join(ran) or None
+    asked = out.get("sdpa")
+    if asked in (None, "default", "math") or not ran or ran == [asked]:
+        return
+    out["ok"] = False
+    out["error"] = (
+        f"asked for the {asked} SDPA kernels, the profile shows {' and '.join(ran)}'s: a graph "
+        "compiled under another backend came from Inductor's cache"
+    )

@@ -27,11 +27,18 @@ would turn it into an explicit 4-D mask and SDPA would lose its causal kernels.
 
 from __future__ import annotations
 
+import os
 from types import SimpleNamespace
 
 import torch
 
 SDPA = ("default", "cudnn", "flash", "efficient", "math")
+# how each SDPA backend's CUDA kernels are named in a profile (torch 2.11, sm90)
+SDPA_KERNELS = {
+    "cudnn": "cudnn_generated_fort_native_sdpa",
+    "flash": "pytorch_flash::",
+    "efficient": "fmha_cutlass",
+}
 LOSSES = ("hf", "plain", "liger", "chunked")
 COMPILE_MODES = ("default", "max-autotune-no-cudagraphs", "reduce-overhead")
 
@@ -80,6 +87,30 @@ def set_sdpa_backend(name: str) -> None:
     b.enable_flash_sdp(name == "flash")
     b.enable_mem_efficient_sdp(name == "efficient")
     b.enable_math_sdp(name == "math")
+
+
+def separate_compile_cache(backend: str) -> str:
+    """Give compiled graphs made under SDPA setting ``backend`` their own Inductor cache folder
+    (``TORCHINDUCTOR_CACHE_DIR``/``sdpa-<backend>``); returns it.
+
+    Inductor's on-disk caches key a graph on its code and inputs but not on
+    ``torch.backends.cuda.enable_*_sdp``: on one H200 (torch 2.11) a process that allowed only
+    the memory-efficient kernels, started after one that allowed only flash, loaded the cached
+    graph and ran flash's kernels. One folder per setting keeps each lever's own graph.
+    """
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+    base = os.environ.get("TORCHINDUCTOR_CACHE_DIR") or default_cache_dir()
+    if os.path.basename(base).startswith("sdpa-"):  # already separated in this process
+        base = os.path.dirname(base)
+    path = os.path.join(base, f"sdpa-{backend}")
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = path
+    return path
+
+
+def sdpa_in(kernel_names) -> list[str]:
+    """The SDPA backends whose kernels appear among ``kernel_names`` (a profile's)."""
+    return [b for b, mark in SDPA_KERNELS.items() if any(mark in n for n in kernel_names)]
 
 
 def _loss_fn(kind: str, chunk_rows: int):
@@ -158,6 +189,8 @@ def apply(model, args) -> None:
     from helpers.train import speed
 
     set_sdpa_backend(args.sdpa)
+    if args.compile:
+        separate_compile_cache(args.sdpa)
     if args.fp8 == "torch":
         from helpers.train.fp8 import fp8_linears
 
