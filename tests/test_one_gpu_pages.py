@@ -119,6 +119,29 @@ LEVER_KEYS = (
     "best idle",
     "base matmul share",
     "base amdahl",
+    # the rows added later: the micro-batch-48 re-run, fused projections, SDPA, optimizer, FSDP2
+    "ceilings",
+    "cuDNN + Liger CE + micro-batch 48",
+    "cuDNN + Liger CE + micro-batch 48 mfu",
+    "cuDNN + Liger CE + micro-batch 48 peak",
+    "cuDNN + Liger CE + micro-batch 48 matmul",
+    "cuDNN + Liger CE + micro-batch 48 triton",
+    "fused projections: q/k/v and gate/up",
+    "fused projections: q/k/v and gate/up matmul",
+    "fused projections: q/k/v and gate/up triton",
+    "cuDNN + Liger CE + fused projections + micro-batch 48 matmul",
+    "cuDNN + Liger CE + fused projections + micro-batch 48 triton",
+    "cuDNN + Liger CE + fused projections + micro-batch 48 over cuDNN + Liger CE + micro-batch 48",
+    "FSDP2: cuDNN + Liger CE + micro-batch 48 over cuDNN + Liger CE + micro-batch 48",
+    "FSDP2: cuDNN + Liger CE + fused projections + micro-batch 48 over "
+    "FSDP2: cuDNN + Liger CE + micro-batch 48",
+    "FSDP2: cuDNN + Liger CE + micro-batch 48 mfu",
+    "SDPA backend: flash",
+    "SDPA backend: flash attention",
+    "SDPA backend: memory-efficient error",
+    "optimizer: foreach AdamW",
+    "optimizer: foreach AdamW optimizer",
+    "optimizer: foreach AdamW attention",
 )
 
 
@@ -132,6 +155,21 @@ def test_chapter8_quotes_the_lever_record():
 
     page, quotes = _page8(), lever_quotes(LEVERS_1)
     missing = [f"{k}: {quotes[k]}" for k in LEVER_KEYS if quotes[k] not in page]
+    assert not missing, missing
+
+
+H2H_1 = find("flagship_levers_h2h", gpus=1)
+
+
+@pytest.mark.skipif(H2H_1 is None, reason="no one-GPU head-to-head record")
+def test_chapter8_quotes_the_one_gpu_head_to_head():
+    from helpers.chapters.ch08_levers_quotes import h2h_quotes
+
+    page, quotes = _page8(), h2h_quotes(H2H_1)
+    keys = ["colossal median", "colossal mfu", "colossal all-params mfu", "fsdp2 median"]
+    keys += ["fsdp2 mfu", "colossal spread", "fsdp2 spread", "ratio", "rounds", "ceiling fraction"]
+    keys += ["ceiling"]
+    missing = [f"{k}: {quotes[k]}" for k in keys if quotes[k] not in page]
     assert not missing, missing
 
 

@@ -21,6 +21,18 @@ from helpers.record.flagship_levers import BASE_NAME
 from helpers.train.fp8 import step_speedup
 
 
+KINDS = ("matmul", "attention", "cross-entropy", "copy/cast", "elementwise/other", "optimizer")
+# (row, row) pairs recorded in the same device call, compared directly
+SAME_CALL = (
+    ("cuDNN + Liger CE + fused projections + micro-batch 48", "cuDNN + Liger CE + micro-batch 48"),
+    ("FSDP2: cuDNN + Liger CE + micro-batch 48", "cuDNN + Liger CE + micro-batch 48"),
+    (
+        "FSDP2: cuDNN + Liger CE + fused projections + micro-batch 48",
+        "FSDP2: cuDNN + Liger CE + micro-batch 48",
+    ),
+)
+
+
 def base_matmul_params(record: dict) -> int:
     """The flagship's parameters that do matmuls (all but the input embedding), from its record."""
     run = record["runs"][0]
@@ -54,7 +66,7 @@ def lever_quotes(record: dict) -> dict[str, str]:
         out[name + " mfu"] = f"{100 * s['mfu']:.1f} %"
         out[name + " peak"] = f"{s['peak_gib']} GiB"
         out[name + " idle"] = idle(s)
-        for k in ("attention", "cross-entropy", "copy/cast", "elementwise/other", "optimizer"):
+        for k in KINDS:
             out[f"{name} {k}"] = ms(s, k)
         out[name + " triton"] = ms(s, "triton (compiled)")
         out[name + " seconds"] = f"{s['seconds']} s"
@@ -89,10 +101,17 @@ def lever_quotes(record: dict) -> dict[str, str]:
     out["base amdahl"] = f"{step_speedup(share, 2.0):.2f}×"
     out["base peak"] = f"{base['peak_gib']} GiB"
     out["base idle"] = idle(base)
-    for k in ("attention", "cross-entropy", "copy/cast", "elementwise/other", "optimizer"):
+    for k in KINDS:
         out[f"base {k}"] = ms(base, k)
     out["base triton"] = ms(base, "triton (compiled)")
     out["base seconds"] = f"{base['seconds']} s"
+    for a, b in SAME_CALL:  # rows measured in one device call: the same GPU and clocks
+        if runs.get(a, {}).get("ok") and runs.get(b, {}).get("ok"):
+            ratio = runs[a]["tokens_per_s_per_gpu"] / runs[b]["tokens_per_s_per_gpu"]
+            out[f"{a} over {b}"] = f"×{ratio:.3f}"
+    for name, s in runs.items():
+        if not s["ok"] and s.get("error"):
+            out[name + " error"] = s["error"].strip().splitlines()[0]
     return out
 
 
@@ -113,6 +132,7 @@ def h2h_quotes(record: dict) -> dict[str, str]:
         "ratio": f"{c['vs_fsdp2']:.4f}",
         "rounds": f"{min(c['rounds'], f['rounds'])} rounds",
         "ceiling fraction": f"{100 * c['mfu_median'] * H200_BF16_PEAK / ceil:.1f} %",
+        "ceiling": f"{ceiling(record)} TFLOP/s",
     }
     first = first_round(record, "colossal")
     out["peak"] = f"{first['peak_gib']} GiB"
