@@ -260,3 +260,28 @@ def test_sp_limits_and_the_failed_allocations():
     assert (
         8 * attention_scores_gib(16384, 8, 6) == 96 and 8 * attention_scores_gib(8192, 8, 6) == 24
     )
+
+
+def test_provenance_says_when_the_code_that_ran_was_not_its_commit(monkeypatch, tmp_path):
+    """A tree whose helpers/ differs from HEAD (a device copy with a stale .git, say) is marked,
+    and describe() says so; BOOK_GIT_COMMIT (a tree without .git) leaves it unknown."""
+    import subprocess
+
+    from helpers.record import results
+
+    repo = tmp_path / "repo"
+    (repo / "helpers").mkdir(parents=True)
+    (repo / "helpers" / "a.py").write_text("x = 1\n")
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    subprocess.run(git + ["add", "-A"], check=True)
+    subprocess.run(git + ["commit", "-qm", "one"], check=True)
+    monkeypatch.setattr(results, "RESULTS_DIR", repo / "results")
+    monkeypatch.delenv("BOOK_GIT_COMMIT", raising=False)
+    assert results._git_dirty() is False
+    (repo / "helpers" / "b.py").write_text("y = 2\n")  # code the commit does not have
+    assert results._git_dirty() is True
+    record = {"provenance": {**results.provenance("cmd"), "git_commit": "abc"}, "runs": []}
+    assert "with changes to helpers/ not committed" in results.describe(record)
+    monkeypatch.setenv("BOOK_GIT_COMMIT", "abc")
+    assert results._git_dirty() is None

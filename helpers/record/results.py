@@ -55,6 +55,25 @@ def _git_commit() -> str:
         return "unknown"
 
 
+def _git_dirty() -> bool | None:
+    """Whether the tree that ran differs from its commit (tracked changes or untracked files), or
+    None where that cannot be told (``BOOK_GIT_COMMIT`` given, no git). A device copy can carry a
+    stale ``.git``: its HEAD then names an older commit, and this says the code was not that."""
+    if os.environ.get("BOOK_GIT_COMMIT"):
+        return None
+    try:
+        out = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=normal", "--", "helpers"],
+            capture_output=True,
+            text=True,
+            cwd=RESULTS_DIR.parent,
+            check=True,
+        ).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return bool(out.strip())
+
+
 def provenance(command: str) -> dict:
     """Where, when and with what a result was measured."""
     return {
@@ -72,6 +91,7 @@ def provenance(command: str) -> dict:
         },
         "command": command,
         "git_commit": _git_commit(),
+        "git_dirty": _git_dirty(),
     }
 
 
@@ -209,7 +229,9 @@ def describe(record: dict) -> str:
         [
             f"Recorded on {p['hardware']} on {p['date']} with torch {v['torch']} "
             f"(CUDA {v['cuda']}), Colossal-AI {v['colossalai']}, transformers {v['transformers']}, "
-            f"commit {p['git_commit'][:10]}.",
+            f"commit {p['git_commit'][:10]}"
+            + (" with changes to helpers/ not committed" if p.get("git_dirty") else "")
+            + ".",
             f"Command: {p['command']}" + _today(p["command"]),
         ]
         + carried_over(record)
