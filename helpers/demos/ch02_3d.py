@@ -25,13 +25,11 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from helpers.parallel.mesh import RankMesh, process_groups
-from helpers.parallel.pp import split_layers
-from helpers.parallel.tp import mlp_block, mlp_blocks, shard_mlp_blocks
+from helpers.parallel.tp import mlp_block
 from helpers.parallel.zero import Zero1Adam, adam_step_
 from helpers.run import cli
 from helpers.run.env import distributed, emit, say
-from helpers.train.grid3d import compare_shards, pipeline_step
+from helpers.train.grid3d import compare_shards, pipeline_step, place
 from helpers.train.reference import check_close, global_max, randn, sig, strict_fp32
 
 
@@ -55,13 +53,8 @@ def main() -> None:
     args = parser.parse_args()
     strict_fp32()
     with distributed() as env:
-        # D = G / (P·T), checked there
-        mesh = RankMesh.for_world(env.world_size, pp=args.pp, tp=args.tp)
-        c, dev, D = mesh.coords(env.rank), env.device, mesh.dp
-        groups = process_groups(mesh, ("tp", "dp"))
-        stages = split_layers(args.layers, args.pp)
-        full = mlp_blocks(args.layers, args.hidden, args.seed, dev)  # the reference, whole
-        params = shard_mlp_blocks(full, stages[c["pp"]], c["tp"], args.tp)
+        mesh, c, groups, stages, full, params = place(env, args)
+        dev, D = env.device, mesh.dp
         m, mb, h = args.micro, args.micro_batch, args.hidden
         losses, ref_losses, diffs, weight_diffs = [], [], [], []
         mine_t = [t for p in params for t in p.values()]

@@ -23,12 +23,10 @@ import torch
 import torch.distributed as dist
 from torch.profiler import ProfilerActivity
 
-from helpers.parallel.mesh import RankMesh, process_groups
-from helpers.parallel.pp import split_layers
-from helpers.parallel.tp import mlp_block, mlp_blocks, shard_mlp_blocks
+from helpers.parallel.tp import mlp_block
 from helpers.run import cli
 from helpers.run.env import distributed, emit, say, sync
-from helpers.train.grid3d import compare_shards, pipeline_step
+from helpers.train.grid3d import compare_shards, pipeline_step, place
 from helpers.train.reference import global_max, randn, strict_fp32
 from helpers.train.trace import from_profile, profiled
 
@@ -46,12 +44,8 @@ def main() -> None:
     args = parser.parse_args()
     strict_fp32()
     with distributed() as env:
-        mesh = RankMesh.for_world(env.world_size, pp=args.pp, tp=args.tp)
-        c, dev, D = mesh.coords(env.rank), env.device, mesh.dp
-        groups = process_groups(mesh, ("tp", "dp"))
-        stages = split_layers(args.layers, args.pp)
-        full = mlp_blocks(args.layers, args.hidden, args.seed, dev)  # the reference, whole
-        params = shard_mlp_blocks(full, stages[c["pp"]], c["tp"], args.tp)
+        mesh, c, groups, stages, full, params = place(env, args)
+        dev, D = env.device, mesh.dp
         mine_t = [t for p in params for t in p.values()]
         rows = slice(c["dp"] * args.rows, (c["dp"] + 1) * args.rows)
         x = randn(D * args.rows, args.hidden, seed=1000, device=dev)  # (D·rows, h)

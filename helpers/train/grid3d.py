@@ -1,7 +1,8 @@
 """Chapter 2's from-scratch D × P × T grid: GPipe between the stages of one replica, Megatron
 blocks inside a stage, and the check of every shard against the unsplit model.
 
-Used by ``helpers/demos/ch02_3d.py`` and, for a D × T grid with every collective timed
+Used by ``helpers/demos/ch02_3d.py`` and ``helpers/demos/ch02_trace.py`` (:func:`place`: a
+rank's coordinates, groups, stage and shards) and, for a D × T grid with every collective timed
 (:func:`timed_step`, :func:`check_unsplit`), by ``helpers/demos/ch05_mesh_order.py``.
 :func:`pipeline_step` runs GPipe's all-forwards-then-
 all-backwards over the replica's micro-batches with send/recv to the rank with the same (dp, tp)
@@ -20,6 +21,23 @@ import torch.nn.functional as F
 
 from helpers.parallel.tp import CommClock, mlp_block, shard_mlp_blocks
 from helpers.train.reference import check_close, global_max
+
+
+def place(env, args):
+    """This rank's part of the grid for ``args`` (``pp``, ``tp``, ``layers``, ``hidden``,
+    ``seed``): (mesh, its coordinates, its tensor/data groups, the stages' layers, the unsplit
+    model as the reference, this rank's shards of its stage)."""
+    from helpers.parallel.mesh import RankMesh, process_groups
+    from helpers.parallel.pp import split_layers
+    from helpers.parallel.tp import mlp_blocks
+
+    mesh = RankMesh.for_world(env.world_size, pp=args.pp, tp=args.tp)  # D = G / (P·T), checked
+    coords = mesh.coords(env.rank)
+    groups = process_groups(mesh, ("tp", "dp"))
+    stages = split_layers(args.layers, args.pp)
+    full = mlp_blocks(args.layers, args.hidden, args.seed, env.device)  # the reference, whole
+    params = shard_mlp_blocks(full, stages[coords["pp"]], coords["tp"], args.tp)
+    return mesh, coords, groups, stages, full, params
 
 
 def compare_shards(params, full, layers, tp_rank: int, tp: int, what: str, when: str) -> float:
