@@ -123,7 +123,19 @@ def test_a_shaped_link_is_slower_an_unplugged_one_silent_and_a_killed_host_empty
         assert "No route to host" in cut.stderr or "timed out" in cut.stderr, cut.stderr
         h.set_link(1, True)
         sleeper = h.popen(1, ["sleep", "600"])
-        assert sleeper.pid in h.processes(1) and h.kill(1) >= 1
-        assert sleeper.wait(timeout=10) == -9 and h.processes(1) == []
+        assert _within(5, lambda: sleeper.pid in h.processes(1))  # once nsenter has entered
+        assert h.kill(1) >= 1 and sleeper.wait(timeout=10) == -9
+        assert _within(5, lambda: h.processes(1) == [])  # torn down, not only signalled
     with pytest.raises(RuntimeError, match="needs the hosts in namespaces"):
         Hosts(1, namespaces=False).kill(0)
+
+
+def _within(seconds: float, ok) -> bool:
+    """Whether ``ok()`` holds within ``seconds`` (polled): a process enters or leaves a namespace
+    a moment after the call that starts or kills it returns."""
+    end = time.monotonic() + seconds
+    while not ok():
+        if time.monotonic() > end:
+            return False
+        time.sleep(0.05)
+    return True

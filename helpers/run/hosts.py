@@ -241,12 +241,13 @@ class Hosts(Started):
         return len(pids)
 
     def processes(self, k: int) -> list[int]:
-        """The process ids running on host ``k``."""
+        """The process ids running on host ``k`` (a killed process that its parent has not reaped
+        yet, a zombie, is not running)."""
         self._needs_namespaces("listing a host's processes")
         out = subprocess.run(
             ["ip", "netns", "pids", self._host(k).netns], capture_output=True, text=True
         ).stdout
-        return [int(p) for p in out.split() if Path(f"/proc/{p}").exists()]
+        return [int(p) for p in out.split() if _running(p)]
 
     def set_link(self, k: int, up: bool) -> None:
         """Unplug (``up=False``) or plug back host ``k``'s cable: its port on the switch goes down
@@ -280,3 +281,12 @@ class Hosts(Started):
         output."""
         kwargs.setdefault("capture_output", True)
         return subprocess.run(self.command(k, cmd), text=True, timeout=timeout_s, **kwargs)
+
+
+def _running(pid: str) -> bool:
+    """Whether process ``pid`` exists and is not a zombie (state Z or X in /proc/PID/stat)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[-1].split()[0] not in ("Z", "X")
