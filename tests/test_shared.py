@@ -157,3 +157,17 @@ def test_importing_colossalai_does_not_change_a_key(monkeypatch, tmp_path):
     assert shared.plan("selftest", 2, ["--mode", "ok"], {}).key == before.key
     monkeypatch.setenv("OMP_NUM_THREADS", "3")  # a deciding variable still changes it
     assert shared.plan("selftest", 2, ["--mode", "ok"], {}).key != before.key
+
+
+def test_compiling_in_the_test_process_does_not_change_a_key(monkeypatch, tmp_path):
+    """torch sets TORCHINDUCTOR_CACHE_DIR in a process that compiles, and Chapter 8's levers point
+    it at a folder per SDPA setting: a test that did either still shares the notebooks' launches."""
+    from helpers.run import shared
+    from helpers.train.levers import separate_compile_cache
+
+    monkeypatch.setenv(shared.ENV, str(tmp_path))
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    before = shared.plan("selftest", 2, ["--mode", "ok"], {})
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    separate_compile_cache("flash")
+    assert shared.plan("selftest", 2, ["--mode", "ok"], {}).key == before.key

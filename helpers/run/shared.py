@@ -55,7 +55,10 @@ _DECIDING = (
 # Set by `import colossalai` in the caller (colossalai/initialize.py:10) for CUDA stream order:
 # it changes no value a rank computes, so a test that imports Colossal-AI and a notebook that
 # does not still share a launch.
-_NOT_DECIDING = {"CUDA_DEVICE_MAX_CONNECTIONS"}
+# Inductor's cache folder: torch sets it in any process that compiles (cache_dir_utils.cache_dir),
+# and Chapter 8's levers point it at a folder per SDPA setting; where compiled code is kept changes
+# no value a rank computes, so a test that compiled in-process still shares the notebooks' launches.
+_NOT_DECIDING = {"CUDA_DEVICE_MAX_CONNECTIONS", "TORCHINDUCTOR_CACHE_DIR"}
 
 
 def _deciding() -> dict[str, str]:
