@@ -142,6 +142,7 @@ class Hosts(Started):
         ]
         self._made: list[str] = []
         self._old_handlers: dict[int, object] = {}
+        self._started: list[subprocess.Popen] = []  # popen()'s, killed by close() (namespaces)
 
     def banner(self) -> str:
         """One line saying what the hosts are."""
@@ -190,7 +191,12 @@ class Hosts(Started):
             _ip("link", "set", "lo", "up", netns=h.netns)
 
     def close(self) -> None:
-        """Kill what runs in the hosts and delete them (idempotent)."""
+        """Kill what runs in the hosts and delete them (idempotent); popen()'s processes by pid
+        too: one not yet in its namespace (nsenter enters a moment later) is not among its pids."""
+        for proc in self._started if self.mode == "namespaces" else ():
+            if proc.poll() is None:
+                proc.kill()
+        self._started.clear()
         for netns in reversed(self._made):
             _delete(netns)
         self._made.clear()
@@ -274,7 +280,9 @@ class Hosts(Started):
 
     def popen(self, k: int, cmd: list[str], **kwargs) -> subprocess.Popen:
         """Start ``cmd`` on host ``k`` (``subprocess.Popen`` keywords pass through)."""
-        return subprocess.Popen(self.command(k, cmd), **kwargs)
+        proc = subprocess.Popen(self.command(k, cmd), **kwargs)
+        self._started.append(proc)
+        return proc
 
     def run(self, k: int, cmd: list[str], timeout_s: float = 60, **kwargs):
         """Run ``cmd`` on host ``k`` to its end; a ``subprocess.CompletedProcess`` with text
