@@ -21,7 +21,7 @@ from helpers.models.llama import build_llama, llama_params, token_batch
 from helpers.parallel.vocab import DTYPES
 from helpers.run import cli
 from helpers.run.env import sync
-from helpers.train import speed
+from helpers.train import levers, speed
 from helpers.train.layout_step import Trainer
 from helpers.train.presets import mfu
 from helpers.train.profiling import breakdown
@@ -110,7 +110,7 @@ def build(layout, args, env):
     if env.is_gpu:  # the reference's memory is not the layout's
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats(env.device)
-    speed.before_wrapping(model, args)  # levers that replace parameters: after the reference
+    levers.before_wrapping(model, args)  # levers that replace parameters: after the reference
     if layout.recompute:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     if args.framework == "fsdp2":

@@ -241,14 +241,6 @@ def tune_plain(model, args) -> None:
     levers.apply(model, args)
 
 
-def before_wrapping(model, args) -> None:
-    """:func:`helpers.train.levers.before_wrapping` when the caller's parser has the levers."""
-    from helpers.train import levers
-
-    if hasattr(args, "sdpa"):
-        levers.before_wrapping(model, args)
-
-
 def describe_levers(args) -> dict:
     """The levers of a run for its RESULT line (defaults when a caller's parser lacks them)."""
     from helpers.train import levers
