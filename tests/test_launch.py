@@ -131,3 +131,19 @@ def test_a_timeout_during_a_kernel_build_says_so():
         'Rank 0 printed Colossal-AI\'s "Compiling the JIT fused_optim_cuda kernel" line' in message
     )
     assert "python -m helpers.run.kernels --clear-stale" in message
+
+
+def test_long_results_of_many_ranks_arrive_whole(capsys):
+    """torchrun copies each rank's lines into one pipe from a thread per rank; a write longer than
+    the pipe's atomic size can be split by another thread's. Four ranks report 40 results of about
+    10 kB each at once: every one arrives whole, in order, and no part of one is shown."""
+    result = launch("selftest", nproc=4, args=["--mode", "flood"], show="all", share=False)
+    for rank in range(4):
+        got = result.rank(rank)
+        assert [r["index"] for r in got] == list(range(40))
+        for r in got:
+            assert r["values"] == [rank * 100_000 + r["index"] * 1000 + k for k in range(1500)]
+        shown = [t for t in result.lines[rank] if " result " in t]
+        assert shown == [f"rank {rank} result {i}" for i in range(40)]
+    out = capsys.readouterr().out
+    assert "RESULT" not in out and out.count(" result ") == 160

@@ -46,3 +46,25 @@ def test_torch_tail_thread_splitting_a_long_line_is_undone(tmp_path):
     j = Joiner()
     whole = [w for raw in physical for w in j.feed(raw)]
     assert results_of([w.removeprefix("[default0]:") for w in whole])[0]["events"][-1] == 1999
+
+
+def test_a_long_result_leaves_in_numbered_parts_that_pass_the_pipe_whole(capsys, monkeypatch):
+    from helpers.run.env import PART_PREFIX, emit
+
+    monkeypatch.setenv("RANK", "3")
+    emit(events=list(range(2000)), label="é")  # non-ASCII text is escaped: characters are bytes
+    emit(small=1)
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) > 3 and all(len(f"[default3]:{t}\n".encode()) <= 4096 for t in lines)
+    assert lines[0].startswith(PART_PREFIX + "3 1/") and lines[-1] == RESULT_PREFIX + json.dumps(
+        {"rank": 3, "small": 1}
+    )
+    other = [t.replace(PART_PREFIX + "3 ", PART_PREFIX + "1 ") for t in lines[:-1]]
+    mixed = [x for pair in zip(lines[:-1], other) for x in pair] + lines[-1:]  # two ranks' parts
+    found = results_of(mixed)
+    assert [r["rank"] for r in found] == [3, 3, 3] and found[0]["events"] == list(range(2000))
+    assert found[0]["label"] == "é" and found[2] == {"rank": 3, "small": 1}
+    # a result whose parts did not all arrive (a rank killed while writing) is left out, and
+    # the next one is read as usual
+    assert results_of(lines[:1] + lines[2:]) == [{"rank": 3, "small": 1}]
+    assert results_of(lines[:-2]) == []

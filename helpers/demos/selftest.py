@@ -5,6 +5,8 @@
 --mode hang    rank 1 never joins the all-reduce, so rank 0 waits forever
 --mode silent  every rank finishes without a RESULT line
 --mode build   rank 0 prints Colossal-AI's "Compiling the JIT ..." line, then hangs like a build
+--mode flood   every rank reports 40 long results (about 10 kB of JSON each) between short lines,
+               all at once: what torchrun's pipe must carry whole
 --out DIR      rank 0 also writes the sum to DIR/sum.txt; --read FILE: and reports FILE's text
 (the shared runs of a test run, :mod:`helpers.run.shared`, store an output folder and hash an input)
 """
@@ -21,7 +23,9 @@ from helpers.run.env import distributed, emit, say
 
 def main() -> None:
     parser = cli.parser()
-    parser.add_argument("--mode", choices=["ok", "crash", "hang", "silent", "build"], default="ok")
+    parser.add_argument(
+        "--mode", choices=["ok", "crash", "hang", "silent", "build", "flood"], default="ok"
+    )
     parser.add_argument("--out", default=None, help="a folder rank 0 writes sum.txt into")
     parser.add_argument("--read", default=None, help="a text file whose content is reported")
     args = parser.parse_args()
@@ -35,6 +39,11 @@ def main() -> None:
         if mode == "build" and env.rank == 0:  # what colossalai's cuda_extension.build_jit prints
             say("[extension] Compiling the JIT fused_optim_cuda kernel during runtime now")
             time.sleep(3600)
+        if mode == "flood":
+            for i in range(40):
+                say(f"rank {env.rank} result {i}")
+                emit(index=i, values=[env.rank * 100_000 + i * 1000 + k for k in range(1500)])
+            return
         x = torch.tensor([float(env.rank)], device=env.device)
         dist.all_reduce(x)
         if args.out and env.rank == 0:

@@ -8,7 +8,9 @@ sets RANK, WORLD_SIZE, LOCAL_RANK and LOCAL_WORLD_SIZE; :func:`distributed` read
 
 initialises the default process group and always tears it down, even when the demo raises.
 Results leave a rank through :func:`emit`, one ``RESULT {json}`` line that
-:mod:`helpers.run.launch` collects and sorts by rank.
+:mod:`helpers.run.launch` collects and sorts by rank; a long result leaves as numbered
+``RESULT-PART`` lines, each short enough to pass torchrun's output pipe in one piece
+(Chapter 5, "The notebook's launcher"), and :func:`results_of` joins them again.
 """
 
 from __future__ import annotations
@@ -26,6 +28,11 @@ import torch
 import torch.distributed as dist
 
 RESULT_PREFIX = "RESULT "
+# ``RESULT-PART <rank> <i>/<n> <text>``: part i of n of one result's JSON. torchrun copies every
+# rank's lines into one pipe from a thread per rank; a write of more than PIPE_BUF bytes (4096 on
+# Linux, POSIX's minimum is 512) may be split by another thread's write, so a line stays below it.
+PART_PREFIX = "RESULT-PART "
+PART_CHARS = 3000  # JSON characters per line (ASCII: json.dumps escapes the rest)
 
 
 @dataclass(frozen=True)
@@ -177,14 +184,42 @@ def say(*parts: object) -> None:
 
 
 def emit(**result: object) -> None:
-    """Send a result to the launcher as one ``RESULT {json}`` line tagged with this rank."""
+    """Send a result to the launcher tagged with this rank: one ``RESULT {json}`` line, or
+    numbered ``RESULT-PART`` lines of at most :data:`PART_CHARS` characters of JSON each."""
     rank = int(os.environ.get("RANK", "0"))
-    say(RESULT_PREFIX + json.dumps({"rank": rank, **result}, sort_keys=True))
+    text = json.dumps({"rank": rank, **result}, sort_keys=True)
+    if len(text) <= PART_CHARS:
+        say(RESULT_PREFIX + text)
+        return
+    parts = [text[i : i + PART_CHARS] for i in range(0, len(text), PART_CHARS)]
+    for i, part in enumerate(parts, 1):
+        say(f"{PART_PREFIX}{rank} {i}/{len(parts)} {part}")
+
+
+def is_result(text: str) -> bool:
+    """Whether an output line carries (part of) a result rather than something to show."""
+    return text.startswith((RESULT_PREFIX, PART_PREFIX))
 
 
 def results_of(lines: list[str]) -> list[dict]:
-    """The results in output ``lines``, in order: what :func:`emit` wrote, read back."""
-    return [json.loads(t[len(RESULT_PREFIX) :]) for t in lines if t.startswith(RESULT_PREFIX)]
+    """The results in output ``lines``, in the order they were completed: what :func:`emit`
+    wrote, read back. Lines of several ranks may be mixed; a result whose parts did not all
+    arrive in order (a rank killed while writing it) is left out."""
+    found, open_parts = [], {}
+    for text in lines:
+        if text.startswith(RESULT_PREFIX):
+            found.append(json.loads(text[len(RESULT_PREFIX) :]))
+        elif text.startswith(PART_PREFIX):
+            rank, count, part = text[len(PART_PREFIX) :].split(" ", 2)
+            i, n = map(int, count.split("/"))
+            got = open_parts.pop(rank, []) if i > 1 else []
+            if len(got) == i - 1:
+                got.append(part)
+                if i < n:
+                    open_parts[rank] = got
+                else:
+                    found.append(json.loads("".join(got)))
+    return found
 
 
 def max_abs_diff(a: torch.Tensor, b: torch.Tensor) -> float:

@@ -14,7 +14,6 @@ enough: the launcher keeps the pids of all descendants it has seen and kills tho
 
 from __future__ import annotations
 
-import json
 import os
 import queue
 import re
@@ -31,7 +30,7 @@ from pathlib import Path
 import psutil
 
 from helpers.run import shared
-from helpers.run.env import RESULT_PREFIX, placement_env
+from helpers.run.env import is_result, placement_env, results_of
 from helpers.run.failure import LAUNCHER, failing_rank
 from helpers.run.tail import Joiner
 
@@ -200,7 +199,6 @@ def _torchrun(demo, nproc, args, timeout_s, show, env, expect_results) -> Launch
     reader.start()
 
     lines: dict[int, list[str]] = {}
-    results: list[dict] = []
     joiner = Joiner()  # long lines reach us in pieces (helpers.run.tail)
     seen: dict[int, psutil.Process] = {}
     timed_out = False
@@ -217,13 +215,11 @@ def _torchrun(demo, nproc, args, timeout_s, show, env, expect_results) -> Launch
                 continue
             if raw is None:  # output closed: torchrun is exiting, let it finish its summary
                 for line in joiner.rest():  # a rank cut off mid-line: its piece, never a result
-                    _take_line(
-                        line.replace(RESULT_PREFIX, "(cut) " + RESULT_PREFIX), lines, results, show
-                    )
+                    _take_line(line.replace("]:RESULT", "]:(cut) RESULT", 1), lines, show)
                 proc.wait(timeout=max(1.0, timeout_s - (time.monotonic() - start)))
                 break
             for line in joiner.feed(raw.rstrip("\n")):
-                _take_line(line, lines, results, show)
+                _take_line(line, lines, show)
     except subprocess.TimeoutExpired:
         timed_out = True
     finally:  # also on KeyboardInterrupt: never leave a rank behind
@@ -265,6 +261,7 @@ def _torchrun(demo, nproc, args, timeout_s, show, env, expect_results) -> Launch
             lines,
             proc.returncode,
         )
+    results = [r for rank in sorted(lines) if rank != LAUNCHER for r in results_of(lines[rank])]
     if expect_results and not results:
         raise LaunchError(
             f"{name} exited cleanly but printed no RESULT line: a demo must report through "
@@ -286,13 +283,12 @@ def _pump(stream, out: queue.Queue) -> None:
     out.put(None)
 
 
-def _take_line(line: str, lines: dict[int, list[str]], results: list[dict], show: str) -> None:
+def _take_line(line: str, lines: dict[int, list[str]], show: str) -> None:
     m = _RANK_LINE.match(line)
     rank, text = (int(m.group(1)), m.group(2)) if m else (LAUNCHER, line)
     text = text.removeprefix(f"[rank{rank}]: ")  # torch's excepthook prefixes tracebacks itself
     lines.setdefault(rank, []).append(text)
-    if rank != LAUNCHER and text.startswith(RESULT_PREFIX):
-        results.append(json.loads(text[len(RESULT_PREFIX) :]))
+    if rank != LAUNCHER and is_result(text):  # read back at the end (helpers.run.env.results_of)
         return
     if show == "all" and rank != LAUNCHER:
         print(f"[rank{rank}] {text}", flush=True)

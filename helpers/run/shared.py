@@ -180,11 +180,11 @@ def keep(p: Plan | None, launched: dict, args: list[str] = ()) -> None:
 
 def replay(stored: dict, show: str, args: list[str] = ()) -> None:
     """Print what the stored launch printed live: rank 0's lines (``show="rank0"``), then "✓"."""
-    from helpers.run.env import RESULT_PREFIX
+    from helpers.run.env import is_result
 
     if show == "rank0":
         for text in stored["lines"].get(0, []):
-            if not text.startswith(RESULT_PREFIX):
+            if not is_result(text):
                 print(text, flush=True)
     if show != "none":
         print(f"✓ {stored['demo']} on {stored['nproc']} rank(s) in {stored['seconds']:.1f} s")

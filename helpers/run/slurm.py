@@ -213,7 +213,7 @@ def slurm_job(script: Path = JOB_SCRIPT, timeout_s: float = 90.0, poll_s: float 
     polled while it runs, its output file and ``sacct --completion`` after it; every rank's
     result of both launches, (a) ``launch_from_slurm`` and (b) torchrun, and the seconds taken.
     The cluster's temporary folder reads ``FOLDER`` in the texts returned."""
-    from helpers.run.env import results_of
+    from helpers.run.env import is_result, results_of
     from helpers.run.launch import QUIET_ENV, rank_env
 
     start = time.monotonic()
@@ -262,7 +262,7 @@ def slurm_job(script: Path = JOB_SCRIPT, timeout_s: float = 90.0, poll_s: float 
         "squeue": seen,
         "sacct": sacct.splitlines(),
         "state": {k: fields.get(k) for k in ("JobState", "ExitCode", "NodeList", "NumTasks")},
-        "output": [line for line in output if not line.startswith("RESULT ")],
+        "output": [line for line in output if not is_result(line)],
         "runs": {via: sorted(r, key=lambda x: x["rank"]) for via, r in runs.items()},
         "seconds": {"cluster_up": cluster_s, "job": job_s, "total": time.monotonic() - start},
     }
