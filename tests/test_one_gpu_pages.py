@@ -158,6 +158,18 @@ def test_chapter8_quotes_the_lever_record():
     assert not missing, missing
 
 
+@pytest.mark.skipif(LEVERS_1 is None, reason="no one-GPU lever record")
+def test_the_head_to_head_runs_the_lever_records_best_row():
+    """flagship_levers.BEST, the levers both head-to-head runs get, are those of the fastest row
+    of the lever record that kept its loss (its trace flags aside)."""
+    from helpers.chapters.ch08_levers_quotes import lever_quotes
+    from helpers.record.flagship_levers import BASE, BEST, H2H, LEVERS
+
+    best = lever_quotes(LEVERS_1)["best"]
+    added = [a for a in dict(LEVERS)[best] if a not in ("--trace", "--memory_snapshot")]
+    assert added == BEST and H2H[0][1] == BASE + BEST and H2H[1][1][-len(BEST) :] == BEST
+
+
 H2H_1 = find("flagship_levers_h2h", gpus=1)
 
 

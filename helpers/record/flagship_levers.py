@@ -76,7 +76,8 @@ LEVERS_FSDP2 = [  # plain PyTorch given the same levers: the same model, data an
         "--sdpa cudnn --fused_ce liger --fuse_proj --micro_batch 48",
     ),
 ]
-# the levers that won (flagship_levers.json), with the micro-batch the fused loss makes room for
+# the levers that won (flagship_levers.json: its fastest row that kept its loss, which
+# tests/test_one_gpu_pages.py checks), with the micro-batch the fused loss makes room for
 BEST = "--sdpa cudnn --fused_ce liger --micro_batch 48".split()
 H2H = (
     ("Colossal-AI LowLevelZero ZeRO-2, best levers", BASE + BEST),
