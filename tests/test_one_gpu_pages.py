@@ -138,10 +138,16 @@ LEVER_KEYS = (
     "FSDP2: cuDNN + Liger CE + micro-batch 48 mfu",
     "SDPA backend: flash",
     "SDPA backend: flash attention",
-    "SDPA backend: memory-efficient error",
+    "SDPA backend: memory-efficient",
+    "SDPA backend: memory-efficient attention",
     "optimizer: foreach AdamW",
     "optimizer: foreach AdamW optimizer",
     "optimizer: foreach AdamW attention",
+    "CUDA graphs: whole decoder, reduce-overhead",
+    "CUDA graphs: whole decoder, reduce-overhead idle",
+    "CUDA graphs: whole decoder, reduce-overhead triton",
+    "CUDA graphs: whole decoder, reduce-overhead seconds",
+    "compile: the whole decoder as one graph idle",
 )
 
 
