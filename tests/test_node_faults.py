@@ -54,3 +54,18 @@ def test_the_reference_runs_with_the_callers_cpu_kernels(monkeypatch):
     monkeypatch.setattr(node_faults.subprocess, "run", fake_run)
     assert node_faults.reference_hash(4) == "abc"
     assert seen["ATEN_CPU_CAPABILITY"] == "default" and seen["PYTHONPATH"]
+
+
+def test_the_survivor_sees_its_partner_gone_in_every_wording_of_gloo():
+    """Which error the survivor's rank prints depends on where the kill finds its partner."""
+    import re
+
+    from helpers.run.node_faults import PARTNER_GONE
+
+    seen = [
+        "RuntimeError: [pair.cc:537] Read error [10.213.0.2]:27283: Connection reset by peer.",
+        "RuntimeError: [pair.cc:553] Connection closed by peer [10.213.0.2]:61234",
+        "RuntimeError: [gloo/transport/tcp/unbound_buffer.cc:81] Timed out waiting 5000ms for recv",
+    ]
+    assert all(re.search(PARTNER_GONE, line) for line in seen)
+    assert not re.search(PARTNER_GONE, "step 7 done")

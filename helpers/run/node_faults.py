@@ -31,6 +31,9 @@ DEMO = "ch08_nodes"
 NPROC = 2  # ranks per host
 # unbuffered lines (the scenarios act on them as they come), one thread a rank (2 cores for 4)
 ENV = {"PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
+# what a rank's gloo call raises when the host of its partner vanishes: the partner's socket
+# closed or reset (which of the two depends on where the kill finds the partner), or its timeout
+PARTNER_GONE = r"Connection (?:closed|reset) by peer|Timed out waiting"
 # lines worth showing a reader: the ranks' errors, the agents' failures, restarts, rendezvous
 KEY = re.compile(
     r"Error:|Connection (closed|reset)|Timed out|exitcode|Root Cause|host  +:|"
@@ -219,7 +222,7 @@ def elastic_restart(steps: int = 16, at_step: int = 7, save_every: int = 2,
             saved = sorted(p.name for p in Path(ckpt).glob("step_*.pt"))
             struck = time.monotonic()
             hosts.kill(1)
-            seen = survivor.wait_for(r"Connection closed by peer|Timed out waiting", 60)
+            seen = survivor.wait_for(PARTNER_GONE, 60)
             restart = survivor.wait_for(r"will restart worker group", 60, seen)
             survivor.wait_for(r"Rendezvous'ing worker group", 60, restart)
             back = start_node(hosts, 1, DEMO, NPROC, **kw)
