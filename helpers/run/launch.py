@@ -261,7 +261,7 @@ def _torchrun(demo, nproc, args, timeout_s, show, env, expect_results) -> Launch
             lines,
             proc.returncode,
         )
-    results = [r for rank in sorted(lines) if rank != LAUNCHER for r in results_of(lines[rank])]
+    results = [r for rank, said in lines.items() if rank != LAUNCHER for r in results_of(said)]
     if expect_results and not results:
         raise LaunchError(
             f"{name} exited cleanly but printed no RESULT line: a demo must report through "
