@@ -135,3 +135,47 @@ def test_a_row_that_ran_another_backends_attention_fails():
     unseen = {"ok": True, "sdpa": "cudnn", "kernels": {"top": [["nvjet_sm90_x", 1.0]]}}
     _check_sdpa(unseen)  # no attention kernel among the names: nothing to say
     assert unseen["ok"] and unseen["sdpa_ran"] is None
+
+
+def test_recomputed_layers_stay_compiled_and_keep_the_gradients(monkeypatch, tmp_path):
+    """The recompute lever wraps the compiled layers: every layer's forward and each recomputed
+    layer's second forward run the compiled function, and the gradients equal the plain model's."""
+    from argparse import ArgumentParser
+    from functools import partial
+
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from helpers.train import levers, speed
+
+    calls = []
+
+    def counting(gm, _inputs):
+        def run(*a):
+            calls.append(1)
+            return gm.forward(*a)
+
+        return run
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
+    compile_layers = partial(speed.compile_layers, backend=counting)
+    monkeypatch.setattr(speed, "compile_layers", lambda m, mode=None: compile_layers(m, mode=mode))
+    p = ArgumentParser()
+    levers.add_arguments(p)
+    args = p.parse_args(["--recompute_layers", "2"])
+    args.compile = True
+    cfg = LlamaConfig(
+        vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=4,
+        num_attention_heads=4, num_key_value_heads=2, use_cache=False,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    model, plain = LlamaForCausalLM(cfg), LlamaForCausalLM(cfg)
+    plain.load_state_dict(model.state_dict())
+    levers.apply(model, args)
+    ids = torch.randint(0, 96, (2, 12))
+    model(input_ids=ids, labels=ids).loss.backward()
+    plain(input_ids=ids, labels=ids).loss.backward()
+    assert len(calls) == 4 + 2  # four forwards, two recomputes
+    named = dict(plain.named_parameters())
+    for name, prm in model.named_parameters():
+        ref = named[name.replace("._orig_mod", "")].grad
+        torch.testing.assert_close(prm.grad, ref, rtol=1e-5, atol=1e-6)

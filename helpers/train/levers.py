@@ -157,7 +157,13 @@ def compile_model(model, mode: str = "default") -> None:
 
 def recompute_layers(model, k: int) -> int:
     """Recompute the activations of the first ``k`` decoder layers in the backward (non-reentrant
-    ``torch.utils.checkpoint`` around each one's forward); returns how many."""
+    ``torch.utils.checkpoint`` around each one's forward); returns how many.
+
+    Call it after :func:`helpers.train.speed.compile_layers`, so that the checkpoint wraps the
+    compiled layer. Put inside a per-layer compile, the checkpoint is the compiled frame itself,
+    Dynamo does not trace it, and the layer runs eagerly, forward and recompute alike (Chapter 8,
+    "One H200, one lever per row"). A whole-decoder compile traces the checkpoint either way.
+    """
     from functools import partial
 
     from torch.utils.checkpoint import checkpoint
@@ -185,7 +191,8 @@ def before_wrapping(model, args) -> None:
 
 def apply(model, args) -> None:
     """Every lever of ``args`` on a built (and, for Colossal-AI, boosted) model, in the order that
-    works: FP8 linears and recompute inside the layers, then compile, then the loss head."""
+    works: FP8 linears inside the layers, then compile, then recompute around the compiled
+    layers, then the loss head."""
     from helpers.train import speed
 
     set_sdpa_backend(args.sdpa)
@@ -195,13 +202,13 @@ def apply(model, args) -> None:
         from helpers.train.fp8 import fp8_linears
 
         fp8_linears(speed.decoder_owner(model).model.layers)
-    if args.recompute_layers:
-        recompute_layers(model, args.recompute_layers)
     if args.compile:
         if args.compile_scope == "model":
             compile_model(model, args.compile_mode)
         else:
             mode = None if args.compile_mode == "default" else args.compile_mode
             speed.compile_layers(model, mode=mode)
+    if args.recompute_layers:  # around the compiled layers, not inside them
+        recompute_layers(model, args.recompute_layers)
     if args.fused_ce != "hf" or (args.compile and args.compile_scope == "model"):
         use_loss(model, "plain" if args.fused_ce == "hf" else args.fused_ce, args.ce_chunk)
