@@ -148,6 +148,16 @@ LEVER_KEYS = (
     "CUDA graphs: whole decoder, reduce-overhead triton",
     "CUDA graphs: whole decoder, reduce-overhead seconds",
     "compile: the whole decoder as one graph idle",
+    "optimizer: Colossal-AI HybridAdam",
+    "optimizer: Colossal-AI HybridAdam mfu",
+    "optimizer: Colossal-AI HybridAdam optimizer",
+    "micro-batch 32, 4 of 16 layers recomputed",
+    "micro-batch 32, 4 of 16 layers recomputed mfu",
+    "micro-batch 32, 4 of 16 layers recomputed peak",
+    "micro-batch 32, 4 of 16 layers recomputed peak without",
+    "micro-batch 32, 4 of 16 layers recomputed recompute work",
+    "micro-batch 32, 4 of 16 layers recomputed matmul per token",
+    "micro-batch 32, 4 of 16 layers recomputed matmul rate",
 )
 
 

@@ -105,6 +105,7 @@ def lever_quotes(record: dict) -> dict[str, str]:
         out[f"base {k}"] = ms(base, k)
     out["base triton"] = ms(base, "triton (compiled)")
     out["base seconds"] = f"{base['seconds']} s"
+    out.update(recompute_quotes(record, runs, base))
     for a, b in SAME_CALL:  # rows measured in one device call: the same GPU and clocks
         if runs.get(a, {}).get("ok") and runs.get(b, {}).get("ok"):
             ratio = runs[a]["tokens_per_s_per_gpu"] / runs[b]["tokens_per_s_per_gpu"]
@@ -112,6 +113,39 @@ def lever_quotes(record: dict) -> dict[str, str]:
     for name, s in runs.items():
         if not s["ok"] and s.get("error"):
             out[name + " error"] = s["error"].strip().splitlines()[0]
+    return out
+
+
+def recompute_quotes(record: dict, runs: dict, base: dict) -> dict[str, str]:
+    """For each row that recomputes layers: the matmul work the recomputed forwards add (2 FLOPs
+    per layer parameter and token for each of k of L layers, over the 6·N the MFU count credits),
+    its matmul time per token against the base's, its matmul rate counting that work, and the
+    peak its micro-batch would have without recompute, extrapolated linearly from the base's and
+    the plain "micro-batch 24" row's peaks."""
+    out = {}
+    bigger = runs.get("micro-batch 24", {})
+    n = base_matmul_params(record)
+    args = record["runs"][0]["args"]
+    layers = int(args[args.index("--layers") + 1])
+    head = int(args[args.index("--vocab") + 1]) * int(args[args.index("--hidden") + 1])
+    per_token = base["kernels"]["ms"]["matmul"] / base["global_batch"]
+    for name, s in runs.items():
+        k = s.get("recompute_layers") or 0
+        if not (k and s["ok"] and s.get("kernels")):
+            continue
+        extra = 2 * k / layers * (n - head) / (6 * n)
+        ms = s["kernels"]["ms"]["matmul"]
+        flops = 6 * n * (1 + extra) * s["global_batch"] * s["seq"]
+        rate = flops / (ms / 1000) / (s["matmul_ceiling_tflops"] * 1e12)
+        out[name + " recompute work"] = f"{100 * extra:.1f} %"
+        out[name + " matmul per token"] = f"×{ms / s['global_batch'] / per_token:.3f}"
+        out[name + " matmul rate"] = f"{100 * rate:.0f} %"
+        if bigger.get("ok"):
+            slope = (bigger["peak_gib"] - base["peak_gib"]) / (
+                bigger["global_batch"] - base["global_batch"]
+            )
+            plain = base["peak_gib"] + slope * (s["global_batch"] - base["global_batch"])
+            out[name + " peak without"] = f"{plain:.1f} GiB"
     return out
 
 
