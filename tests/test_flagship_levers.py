@@ -179,3 +179,16 @@ def test_recomputed_layers_stay_compiled_and_keep_the_gradients(monkeypatch, tmp
     for name, prm in model.named_parameters():
         ref = named[name.replace("._orig_mod", "")].grad
         torch.testing.assert_close(prm.grad, ref, rtol=1e-5, atol=1e-6)
+
+
+def test_a_failed_runs_error_is_its_exception_line():
+    """The page quotes the exception, not the hint lines torch prints after it."""
+    from helpers.chapters.ch08_levers_quotes import exception_line
+
+    dynamo = (
+        "x\n  got RuntimeError(\"shape '[4, 8]' is invalid for input of size 8\")\nSet TORCH_X=1\n"
+    )
+    assert exception_line(dynamo) == "RuntimeError: shape '[4, 8]' is invalid for input of size 8"
+    plain = "Traceback\n  File a\nValueError: bad flag\n\nhint line\n"
+    assert exception_line(plain) == "ValueError: bad flag"
+    assert exception_line("only this\n") == "only this" and exception_line("") == ""

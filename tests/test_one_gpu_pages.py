@@ -217,6 +217,6 @@ def test_chapter8_quotes_the_trace_snapshot_and_fp8_records():
     keys = ["busy", "span", "snapshot peak", "static weights", "static optimizer", "fp8", "bf16"]
     keys += ["fp8 ratio", "fp8 matmul", "bf16 matmul", "matmul speedup", "fp8 copy/cast"]
     keys += ["bf16 copy/cast", "fp8 elementwise", "bf16 elementwise", "loss gap", "steps"]
-    keys += ["model forward", "model backward", "model step"]
+    keys += ["model forward", "model backward", "model step", "colossal error"]
     missing = [f"{k}: {quotes[k]}" for k in keys if quotes[k] not in page]
     assert not missing, missing

@@ -213,10 +213,23 @@ def fp8_quotes(record: dict) -> dict[str, str]:
                 "bf16 last": f"{bf16['losses'][-1]}",
             }
         )
-    failed = [s for s in runs if not s["ok"]]
+    failed = [r for r in record["runs"] if not r["ok"]]
     if failed:
-        out["colossal error"] = failed[0]["error"].strip().splitlines()[-1][:160]
+        out["colossal error"] = exception_line(failed[0].get("error") or "")
     return out
+
+
+def exception_line(text: str) -> str:
+    """The error a failed run's output ends in: the message Dynamo wraps ('got RuntimeError("…")')
+    when there is one, else the last ``SomethingError: …`` line, else the last line."""
+    import re
+
+    wrapped = re.findall(r'got (\w+Error)\("(.+?)"\)', text)
+    if wrapped:
+        return "{}: {}".format(*wrapped[-1])
+    raised = re.findall(r"^[\w.]*(?:Error|Exception): .+$", text, re.MULTILINE)
+    lines = text.strip().splitlines()
+    return raised[-1] if raised else (lines[-1] if lines else "")
 
 
 def trace_quotes(s: dict) -> dict[str, str]:
