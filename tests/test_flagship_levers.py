@@ -182,13 +182,15 @@ def test_recomputed_layers_stay_compiled_and_keep_the_gradients(monkeypatch, tmp
 
 
 def test_a_failed_runs_error_is_its_exception_line():
-    """The page quotes the exception, not the hint lines torch prints after it."""
-    from helpers.chapters.ch08_levers_quotes import exception_line
+    """The page and the recorder's progress line quote the exception, not the hint lines torch
+    prints after it."""
+    from helpers.record.runner import exception_line, status
 
     dynamo = (
         "x\n  got RuntimeError(\"shape '[4, 8]' is invalid for input of size 8\")\nSet TORCH_X=1\n"
     )
     assert exception_line(dynamo) == "RuntimeError: shape '[4, 8]' is invalid for input of size 8"
+    assert status({"ok": False, "error": dynamo}) == "FAILED: " + exception_line(dynamo)
     plain = "Traceback\n  File a\nValueError: bad flag\n\nhint line\n"
     assert exception_line(plain) == "ValueError: bad flag"
     assert exception_line("only this\n") == "only this" and exception_line("") == ""

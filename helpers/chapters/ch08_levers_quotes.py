@@ -18,6 +18,7 @@ from helpers.chapters.ch08_levers import (
 )
 from helpers.cost.mfu import H200_BF16_PEAK
 from helpers.record.flagship_levers import BASE_NAME
+from helpers.record.runner import exception_line
 from helpers.train.fp8 import step_speedup
 
 
@@ -33,11 +34,21 @@ SAME_CALL = (
 )
 
 
-def base_matmul_params(record: dict) -> int:
-    """The flagship's parameters that do matmuls (all but the input embedding), from its record."""
+def _base_shape(record: dict) -> tuple[int, int, int]:
+    """(parameters, layers, vocab × hidden: one embedding's parameters) of the base run."""
     run = record["runs"][0]
     r0 = next(r for r in run["results"] if "params" in r)
-    return r0["params"] - int(run["args"][run["args"].index("--vocab") + 1]) * r0["hidden"]
+    return (
+        r0["params"],
+        r0["layers"],
+        int(run["args"][run["args"].index("--vocab") + 1]) * r0["hidden"],
+    )
+
+
+def base_matmul_params(record: dict) -> int:
+    """The flagship's parameters that do matmuls (all but the input embedding), from its record."""
+    params, _, embedding = _base_shape(record)
+    return params - embedding
 
 
 def lever_quotes(record: dict) -> dict[str, str]:
@@ -125,9 +136,7 @@ def recompute_quotes(record: dict, runs: dict, base: dict) -> dict[str, str]:
     out = {}
     bigger = runs.get("micro-batch 24", {})
     n = base_matmul_params(record)
-    args = record["runs"][0]["args"]
-    layers = int(args[args.index("--layers") + 1])
-    head = int(args[args.index("--vocab") + 1]) * int(args[args.index("--hidden") + 1])
+    _, layers, head = _base_shape(record)  # the LM head is as large as the input embedding
     per_token = base["kernels"]["ms"]["matmul"] / base["global_batch"]
     for name, s in runs.items():
         k = s.get("recompute_layers") or 0
@@ -217,19 +226,6 @@ def fp8_quotes(record: dict) -> dict[str, str]:
     if failed:
         out["colossal error"] = exception_line(failed[0].get("error") or "")
     return out
-
-
-def exception_line(text: str) -> str:
-    """The error a failed run's output ends in: the message Dynamo wraps ('got RuntimeError("…")')
-    when there is one, else the last ``SomethingError: …`` line, else the last line."""
-    import re
-
-    wrapped = re.findall(r'got (\w+Error)\("(.+?)"\)', text)
-    if wrapped:
-        return "{}: {}".format(*wrapped[-1])
-    raised = re.findall(r"^[\w.]*(?:Error|Exception): .+$", text, re.MULTILINE)
-    lines = text.strip().splitlines()
-    return raised[-1] if raised else (lines[-1] if lines else "")
 
 
 def trace_quotes(s: dict) -> dict[str, str]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import re
 import shlex
 import threading
 import time
@@ -101,10 +102,22 @@ def run_one(
     return record
 
 
+def exception_line(text: str) -> str:
+    """The error a failed run's output ends in: the message Dynamo wraps ('got RuntimeError("…")')
+    when there is one, else the last ``SomethingError: …`` line, else the last line (torch prints
+    hints such as "Set TORCHDYNAMO_VERBOSE=1 …" after the exception)."""
+    wrapped = re.findall(r'got (\w+Error)\("(.+?)"\)', text)
+    if wrapped:
+        return "{}: {}".format(*wrapped[-1])
+    raised = re.findall(r"^[\w.]*(?:Error|Exception): .+$", text, re.MULTILINE)
+    lines = text.strip().splitlines()
+    return raised[-1] if raised else (lines[-1] if lines else "")
+
+
 def status(run: dict) -> str:
-    """'ok', 'ok (out of memory, caught)' or 'FAILED: <last line of the error>'."""
+    """'ok', 'ok (out of memory, caught)' or 'FAILED: <the error's exception line>'."""
     if not run["ok"]:
-        return "FAILED: " + run["error"].strip().splitlines()[-1][:200]
+        return "FAILED: " + exception_line(run["error"])[:200]
     return "ok" + (" (out of memory, caught)" if any(r.get("oom") for r in run["results"]) else "")
 
 
