@@ -178,6 +178,12 @@ MODEL = ModelShape(layers=28, heads=28, kv_heads=4, seq_len=4096)
         ),
         (Layout(8, 2, 1, zero_stage=3), None, None, "ZeRO stage 3 is not 0, 1 or 2"),
         (
+            Layout(4, 2, 2, microbatch=1, chunks=2),
+            ModelShape(6, 8, 8),
+            8,
+            "2 chunks per stage with P=2: interleaving needs",
+        ),
+        (
             Layout(8, 1, 1, sp_mode="split_gather"),
             None,
             None,

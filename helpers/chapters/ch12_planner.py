@@ -66,8 +66,7 @@ def rank_run(key: str) -> dict:
         "published step s": round(own.step_s, 2) if own else "-",
         "planner's first": str(first.layout) if first else "-",
         "its ZeRO, mb, recompute": (
-            f"{first.layout.zero_stage}, {first.layout.microbatch}, "
-            f"{'yes' if first.recompute else 'no'}"
+            f"{first.layout.sharding}, {first.layout.microbatch}, {first.recompute}"
         )
         if first
         else "-",
@@ -122,7 +121,7 @@ def scale_rows(fixed: bool) -> list[dict]:
                 "layout": str(p.layout),
                 "mb": p.layout.microbatch,
                 "m": p.microbatches,
-                "recompute": "yes" if p.recompute else "no",
+                "recompute": p.recompute,
                 "step s": round(p.step_s, 2),
                 "MFU %": round(100 * got["mfu"], 1),
                 "bubble %": round(100 * sh["bubble"], 1),

@@ -49,7 +49,7 @@ class TrainLayout:
     zero_stage: int = 0
     tp: int = 1
     pp: int = 1
-    microbatches: int = 1  # pipeline micro-batches per step (pp > 1)
+    microbatches: int = 1  # micro-batches per step: 1F1B's (pp > 1) or accumulation (pp = 1)
     micro_batch: int = 4  # sequences per micro-batch and rank
     seq: int = 1024
     recompute: bool = False
@@ -84,7 +84,7 @@ class TrainLayout:
     @property
     def global_batch(self) -> int:
         """Sequences per optimizer step over all data-parallel ranks."""
-        return self.micro_batch * self.dp * (self.microbatches if self.pp > 1 else 1)
+        return self.micro_batch * self.dp * self.microbatches
 
     def to_args(self) -> list[str]:
         """Command-line flags of the demo for this layout (the shape travels as its own flags)."""

@@ -95,7 +95,7 @@ def layout_case(layout, model: ModelShape | None = None, global_batch: int | Non
     """A :class:`helpers.parallel.layouts.Layout` (HybridParallelPlugin's) as a :class:`Case`."""
     L = layout
     return Case(L.dp, L.tp, L.pp, L.sp, L.sp_mode, L.zero_stage, L.microbatch, None, model,
-                global_batch, sequence=L.seq_degree)  # fmt: skip
+                global_batch, plugin=L.plugin, sequence=L.seq_degree)  # fmt: skip
 
 
 def _heads_what(c: Case) -> str:

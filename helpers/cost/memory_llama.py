@@ -175,14 +175,25 @@ def predict(layout: TrainLayout, rank: int = 0, states_of=model_states) -> dict:
         + states["workspace"]
     )
     layers = shape.layers // layout.pp
+    chunks = getattr(layout, "chunks", 1)  # a PlanLayout's interleaved model chunks
     in_flight = min(layout.microbatches, layout.pp) - stage if layout.pp > 1 else 1
+    boundaries = in_flight
+    if layout.pp > 1 and chunks > 1:
+        # interleaved 1F1B: 2(P - stage - 1) + (v - 1)·P chunk micro-batches of warm-up, then one
+        # more (colossalai/pipeline/schedule/interleaved_pp.py, run_forward_backward), each chunk
+        # holding 1/v of the stage's layers; on the first stage P + (P - 1)/v micro-batches' worth
+        boundaries = min(
+            2 * (layout.pp - stage - 1) + (chunks - 1) * layout.pp + 1,
+            layout.microbatches * chunks,
+        )
+        in_flight = boundaries / chunks
     per_layer = layer_activation_bytes(
         shape, tokens, layout.seq, e, tp=layout.tp, attn=layout.attn, cuda=True, sp_mode=sp_mode
     )
     kept_per_layer = e * tokens * shape.hidden if layout.recompute else per_layer
     activations = in_flight * layers * kept_per_layer
     if layout.pp > 1:
-        activations += in_flight * e * tokens * shape.hidden  # the stage's boundary tensor
+        activations += boundaries * e * tokens * shape.hidden  # each chunk's boundary tensor
     last = stage == layout.pp - 1
     loss = loss_bytes(layout, tokens, e) if last else {"kept": 0.0, "forward": 0.0, "backward": 0.0}
     head = head_activation_bytes(shape, tokens, e) if last else 0.0
@@ -193,9 +204,11 @@ def predict(layout: TrainLayout, rank: int = 0, states_of=model_states) -> dict:
         if layout.recompute
         else states["grads"]
     )
-    # 1F1B: from the first micro-batch's backward on, all gradients exist (they accumulate) while
-    # later micro-batches' activations are held
-    held = states["grads"] if layout.pp > 1 and layout.microbatches > 1 else 0.0
+    # From the first micro-batch's backward on, the gradients exist and accumulate while later
+    # micro-batches build their activations: under 1F1B, and just as much under plain gradient
+    # accumulation (P = 1, m > 1). ``grads`` is what a stage keeps between micro-batches: the whole
+    # gradient of the rank's parameters up to ZeRO-1, the own shard under ZeRO-2, none for Gemini.
+    held = states["grads"] if layout.microbatches > 1 else 0.0
     phases = {
         "forward": persistent + held + activations + head + loss["forward"],
         "backward_start": persistent + held + activations + head + loss["backward"],

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 from helpers.config.layout import TrainLayout
 from helpers.config.shape import ModelShape
-from helpers.cost.memory_llama import BYTES, CUBLAS_WORKSPACES, predict, rank_params
+from helpers.cost.memory_llama import BYTES, CUBLAS_WORKSPACES, layer_params, predict, rank_params
 from helpers.parallel.layouts import Layout, validate
 
 GIB = 2**30
@@ -44,6 +44,9 @@ class PlanLayout(TrainLayout):
 
     sp: int = 1
     sp_mode: str | None = None
+    chunks: int = 1
+    reshard_after_forward: bool = True
+    shard_degree: int | None = None
 
 
 def megatron_bytes_per_param(
@@ -77,17 +80,49 @@ def megatron_states(
     }
 
 
+def fsdp_states(layout: PlanLayout, stage: int = 0) -> dict:
+    """Model states of one rank under ZeRO-3 as PyTorch's FSDP2 keeps them (``fully_shard`` with
+    ``MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)``, torchtitan's default): the
+    sharded parameters are the fp32 masters, Adam's m and v and the fp32 gradients are sharded
+    over the shard group (all of D, or ``shard_degree`` ranks under HSDP); the bf16 weights exist
+    only gathered. With ``reshard_after_forward`` two layers are gathered at a time (the one that
+    runs and the one prefetched; Zhao et al. 2023, PyTorch FSDP, §3.3); without it every layer
+    gathered in the forward stays until its backward, so at the peak the whole stage is."""
+    psi, n = rank_params(layout, stage), layout.shard_degree or layout.dp
+    e = BYTES[layout.precision]
+    split, replicated = layer_params(layout.shape)
+    layer = split / layout.tp + replicated
+    gathered = 2 * e * layer if layout.reshard_after_forward else e * psi
+    return {
+        "weights": gathered,
+        "master": 4 * psi / n,
+        "optimizer": 8 * psi / n,
+        "buckets": 0.0,
+        "grads": 4 * psi / n,
+        "step": 4 * psi / n,
+        "workspace": CUBLAS_WORKSPACES,
+    }
+
+
 def plan_layout(
     model: ModelShape,
     layout: Layout,
     global_batch: int,
-    recompute: bool = False,
+    recompute: bool | str = False,
     flash: bool = True,
     precision: str = "bf16",
+    check: bool = True,
 ) -> PlanLayout:
     """The memory model's layout for a planner layout, after every rule of
-    :func:`helpers.parallel.layouts.violations` (a ValueError names the ones it breaks)."""
-    validate(layout, model, global_batch)
+    :func:`helpers.parallel.layouts.violations` (a ValueError names the ones it breaks;
+    ``check=False`` skips them, for a published run made with another framework).
+
+    ``recompute``: "none" (or False), "selective" (attention's s × s scores recomputed, not
+    stored: the memory of flash attention, Korthikanti et al. 2022 §4.3) or "full" (or True: only
+    each layer's input kept)."""
+    if check:
+        validate(layout, model, global_batch)
+    mode = recompute_mode(recompute)
     m = global_batch // (layout.dp * layout.microbatch)
     return PlanLayout(
         name=str(layout),
@@ -96,33 +131,51 @@ def plan_layout(
         zero_stage=layout.zero_stage,
         tp=layout.tp,
         pp=layout.pp,
-        microbatches=m if layout.pp > 1 else 1,
+        microbatches=m,
         micro_batch=layout.microbatch,
         seq=model.seq_len,
-        recompute=recompute,
-        attn="sdpa" if flash else "eager",
+        recompute=mode == "full",
+        attn="sdpa" if flash or mode == "selective" else "eager",
         world=layout.world_size,
         shape=model,
         sp=layout.sp,
         sp_mode=layout.sp_mode,
+        chunks=layout.chunks,
+        reshard_after_forward=layout.reshard_after_forward,
+        shard_degree=layout.shard_degree,
     )
+
+
+RECOMPUTE_MODES = ("none", "selective", "full")
+
+
+def recompute_mode(recompute: bool | str) -> str:
+    """The recomputation word of a bool (False: "none", True: "full") or a word."""
+    if isinstance(recompute, bool):
+        return "full" if recompute else "none"
+    if recompute not in RECOMPUTE_MODES:
+        raise ValueError(f"recompute must be one of {RECOMPUTE_MODES} or a bool, not {recompute!r}")
+    return recompute
 
 
 def peak(
     model: ModelShape,
     layout: Layout,
     global_batch: int,
-    recompute: bool = False,
+    recompute: bool | str = False,
     flash: bool = True,
     outside_gib: float = OUTSIDE_ALLOCATOR_GIB,
     states_of=None,
+    check: bool = True,
 ) -> dict:
     """The busiest rank's predicted ``max_memory_allocated`` (``allocated``), the bytes outside
     the allocator and their sum (``total``), with the stage and the model's full prediction. The
     first stage keeps the most micro-batches in flight, the last the head and the loss; the
     stages between hold less than the first."""
-    train = plan_layout(model, layout, global_batch, recompute, flash)
+    train = plan_layout(model, layout, global_batch, recompute, flash, check=check)
     own = layout.sp if layout.sp_mode == "all_to_all" else 1
+    if states_of is None and layout.zero_stage == 3:
+        states_of = fsdp_states
     kw = {} if states_of is None else {"states_of": states_of}
     stages = sorted({0, layout.pp - 1})
     worst = max(

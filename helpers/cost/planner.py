@@ -19,6 +19,8 @@ from __future__ import annotations
 import argparse
 import time
 
+from helpers.config.layout_rules import layout_case
+from helpers.config.rules import RULES
 from helpers.config.shape import ModelShape
 from helpers.cost.memory import GIB, seed_estimate_memory
 from helpers.cost.step_time import Hardware, Plan, plan_layout
@@ -40,9 +42,15 @@ def enumerate_layouts(
     max_pp: int = 16,
     max_sp: int = 8,
     microbatches=(1, 2, 4, 8),
-    zero_stages=(0, 1, 2),
+    zero_stages=(0, 1, 2, 3),
+    chunks=(1, 2),
+    gpus_per_node: int = 8,
 ) -> list[tuple[Layout, bool]]:
-    """Every (layout, recompute) the rules of :func:`helpers.parallel.layouts.violations` allow."""
+    """Every (layout, recompute) the rules of :func:`helpers.parallel.layouts.violations` allow.
+
+    ZeRO-3 comes in three forms (:func:`sharding_forms`): FSDP resharding after the forward,
+    FSDP keeping the gathered weights until the backward, and HSDP sharding inside a node and
+    replicating across nodes. Pipelines also run interleaved with each of ``chunks``."""
     out = []
     for tp in divisors(G, max_tp):
         for pp in divisors(G // tp, max_pp):
@@ -51,21 +59,54 @@ def enumerate_layouts(
                     dp = G // (tp * pp * sp)
                     for mb in microbatches:
                         for zero in zero_stages:
-                            layout = Layout(dp, tp, pp, sp, mode, mb, zero)
-                            if violations(layout, model, global_batch):
-                                continue
-                            out += [(layout, False), (layout, True)]
+                            for form in sharding_forms(zero, dp, tp * pp * sp, gpus_per_node):
+                                for v in chunks if pp > 1 else (1,):
+                                    plugin = "gemini" if zero == 3 else "hybrid_parallel"
+                                    layout = Layout(
+                                        dp, tp, pp, sp, mode, mb, zero, *form, v, plugin
+                                    )
+                                    if violations(layout, model, global_batch) or (
+                                        zero == 3 and _gemini_breaks(layout)
+                                    ):
+                                        continue
+                                    out += [(layout, False), (layout, True)]
     return out
+
+
+# ZeRO-3 layouts are GeminiPlugin's (or FSDP2's): the config loader's rules for that plugin
+GEMINI_RULES = [r for r in RULES if r.name.startswith("GeminiPlugin has no")]
+
+
+def _gemini_breaks(layout: Layout) -> bool:
+    """Whether a ZeRO-3 layout breaks a rule of GeminiPlugin (no pipeline, no sequence modes)."""
+    case = layout_case(layout)
+    return any(rule.broken(case) for rule in GEMINI_RULES)
+
+
+def sharding_forms(
+    zero: int, dp: int, inner: int, gpus_per_node: int
+) -> list[tuple[bool, int | None]]:
+    """(reshard_after_forward, shard_degree) of each ZeRO-3 form for a data group of ``dp`` ranks
+    whose stride is ``inner`` = T·P·S: FSDP, FSDP kept after forward, and HSDP when the data ranks
+    of one node are fewer than D (shard over them, replicate across nodes)."""
+    if zero < 3:
+        return [(True, None)]
+    forms = [(True, None), (False, None)]
+    local = max(1, gpus_per_node // inner)
+    if 1 < local < dp:
+        forms.append((True, local))
+    return forms
 
 
 def plan(
     model: ModelShape, G: int, global_batch: int, hw: Hardware = Hardware(), **limits
 ) -> tuple[list[Plan], int]:
     """(plans that fit, fastest first; how many layouts were enumerated)."""
-    candidates = enumerate_layouts(model, G, global_batch, **limits)
+    candidates = enumerate_layouts(model, G, global_batch, gpus_per_node=hw.gpus_per_node, **limits)
     plans = [plan_layout(model, layout, global_batch, hw, rc) for layout, rc in candidates]
     fits = [p for p in plans if p.memory_gib <= hw.memory_gib]
-    fits.sort(key=lambda p: (p.step_s, p.memory_gib))
+    # equal times (all communication hidden): the layout that moves and shards less comes first
+    fits.sort(key=lambda p: (p.step_s, p.layout.zero_stage, p.memory_gib))
     return fits, len(candidates)
 
 
@@ -120,8 +161,8 @@ def seed_vs_planner(
                 "seed GB": round(mem, 1),
                 "seed fits": "yes" if mem * 1e9 <= hw.memory_gib * GIB else "no",
                 "planner": (
-                    f"ZeRO-{p.layout.zero_stage}, mb {p.layout.microbatch}"
-                    + (", recompute" if p.recompute else "")
+                    f"{p.layout.sharding}, mb {p.layout.microbatch}"
+                    + ("" if p.recompute == "none" else f", {p.recompute} recompute")
                 )
                 if p
                 else "does not fit",

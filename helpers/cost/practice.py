@@ -1,5 +1,5 @@
-"""What Chapter 3's step model lacks for the published trainings: context parallelism, ZeRO-3,
-interleaved stages and Megatron-LM's FLOP count.
+"""What Chapter 3's step model lacks for the published trainings: context parallelism and
+Megatron-LM's FLOP count (ZeRO-3, FSDP's forms and interleaved stages are in the step model).
 
 Used by Chapter 12 (in practice). Each function adds to a :class:`helpers.cost.step_time.Plan`
 (the one step model) the terms of a dimension it does not know, with the same α-β links and the
@@ -14,13 +14,8 @@ same compute efficiency; nothing here is fitted.
   reduce-scattered in backward), and every query still attends to the whole sequence, so the
   attention FLOPs per token keep the full s. :func:`with_context` runs the step model on a shape
   of s/C tokens and adds the attention FLOPs it leaves out and the K, V collectives.
-* **ZeRO-3 / FSDP full sharding** (Rajbhandari et al. 2020, §5.3; Zhao et al. 2023, PyTorch
-  FSDP, §3): the parameters are all-gathered before each micro-batch's forward and again before
-  its backward; FSDP prefetches the next layer, so the gathers overlap the micro-batch's compute.
-  :func:`with_zero3` adds what is not hidden to a ZeRO-2 plan (same gradient traffic).
-* **Interleaved stages** (Narayanan et al. 2021, §2.2.2): v model chunks per stage shrink the
-  bubble to (p-1)/v slots (:func:`helpers.parallel.pp.bubble_fraction`); :func:`with_interleaving`
-  rescales the plan's bubble, at the price of v times the point-to-point sends.
+* **Interleaved stages and ZeRO-3/FSDP** are in :func:`helpers.cost.step_time.plan_layout`
+  itself (``Layout.chunks``, ``Layout.zero_stage = 3`` and its forms).
 """
 
 from __future__ import annotations
@@ -29,7 +24,7 @@ from dataclasses import replace
 
 from helpers.config.shape import ModelShape
 from helpers.cost.comm import collective_time
-from helpers.cost.step_time import Hardware, Plan, _link
+from helpers.cost.step_time import Hardware, Plan, members_per_node
 
 
 def megatron_flops(model: ModelShape, batch: int) -> float:
@@ -56,9 +51,10 @@ def step_mfu(
 
 
 def _slots(plan: Plan) -> float:
-    """(m + P - 1) / m: how much the micro-batch slots stretch a per-micro-batch cost (1F1B)."""
-    p = plan.layout.pp
-    return (plan.microbatches + p - 1) / plan.microbatches
+    """(m + (P - 1)/v) / m: how much the micro-batch slots stretch a per-micro-batch cost (1F1B,
+    interleaved over v chunks)."""
+    p, v = plan.layout.pp, plan.layout.chunks
+    return (plan.microbatches + (p - 1) / v) / plan.microbatches
 
 
 def with_context(
@@ -73,11 +69,12 @@ def with_context(
     if cp == 1:
         return plan
     G = L.world_size * cp
-    rc = 4 / 3 if plan.recompute else 1
+    rc = 4 / 3 if plan.recompute == "full" else 1
     missing = 12 * model.layers * model.hidden * (seq - seq // cp) * rc  # FLOPs per token
     extra_compute = missing * global_batch * seq / G / (hw.peak_flops * hw.mfu)
     kv = L.microbatch * (seq // cp) * 2 * model.kv_width // L.tp * 2  # bf16 K and V, one rank
-    link = _link(L.tp * cp, hw)
+    per_node = members_per_node({"cp": cp, "tp": L.tp}, ("cp",), hw.gpus_per_node)
+    link = hw.link("all_gather", cp, per_node)
     per_layer = collective_time("all_gather", kv * cp, cp, link) + collective_time(
         "reduce_scatter", kv * cp, cp, link
     )
@@ -94,31 +91,6 @@ def with_context(
         step_s=step,
         tiers=tiers,
     )
-
-
-def with_zero3(plan: Plan, model: ModelShape, hw: Hardware) -> Plan:
-    """A ZeRO-2 plan made into ZeRO-3 / FSDP: per micro-batch, two all-gathers of the bf16
-    parameters of one tensor-parallel shard over the data-parallel group, overlapped with that
-    micro-batch's compute (what exceeds it is exposed)."""
-    L = plan.layout
-    if L.zero_stage != 2:
-        raise ValueError(f"with_zero3 extends a ZeRO-2 plan, got ZeRO-{L.zero_stage}")
-    link = hw.intra if L.world_size <= hw.gpus_per_node else hw.inter
-    gather = collective_time("all_gather", model.params / L.tp * 2, L.dp, link)
-    per_mb = plan.compute_s / plan.microbatches
-    exposed = plan.microbatches * max(0.0, 2 * gather - per_mb)
-    return replace(plan, dp_comm_s=plan.dp_comm_s + exposed, step_s=plan.step_s + exposed)
-
-
-def with_interleaving(plan: Plan, chunks: int) -> Plan:
-    """The plan under interleaved 1F1B with ``chunks`` model chunks per stage: the bubble divided
-    by v, the pipeline's sends multiplied by v."""
-    if chunks == 1 or plan.layout.pp == 1:
-        return plan
-    bubble = plan.bubble_s / chunks
-    sends = plan.pp_comm_s * (chunks - 1)
-    step = plan.step_s - plan.bubble_s + bubble + sends
-    return replace(plan, bubble_s=bubble, pp_comm_s=plan.pp_comm_s + sends, step_s=step)
 
 
 def shares(plan: Plan) -> dict[str, float]:

@@ -1,25 +1,38 @@
 """The step-time model of one layout: memory per GPU and seconds per optimizer step.
 
 Used by Chapter 3 (strategy): :mod:`helpers.cost.planner` ranks every layout by it, and the
-chapter's two-GPU runs check it (``helpers/record/ch03.py``). Each term has its source:
+chapter's two-GPU runs check it (``helpers/record/ch03.py``); Chapter 12 runs it on published
+trainings. Each term has its source:
 
 * memory per GPU: Chapter 7's memory model through :func:`helpers.cost.memory_plan.peak` (what
-  ``HybridParallelPlugin`` and the model allocate on the busiest rank, logits and loss included,
-  1F1B in flight) plus what the allocator never sees (``Hardware.overhead_gib``, the largest
-  Chapter 7 measured);
-* compute: (6Ψ + 12·L·h·s) FLOPs per token, ×4/3 with full recomputation (one more
-  forward pass; PaLM, Chowdhery et al. 2022, appendix B), at an
-  *assumed* MFU of the peak: the same efficiency for every layout, a stated simplification;
-* communication by tier (:mod:`helpers.cost.comm`, α-β links): a group whose ranks lie in one
-  node uses ``Hardware.intra`` (NVLink), otherwise ``Hardware.inter`` (the network). Ranks follow
-  Colossal-AI's mesh (dp, pp, tp, sp), last axis fastest, so sp and tp groups are the innermost.
-  TP: Megatron's 4 all-reduces of b·s·h per layer per micro-batch; Ulysses: 8 all-to-alls; pipeline
-  sends one activation each way per micro-batch; data parallel: one all-reduce of the gradients
-  per step (ZeRO §7: 2Ψ for stages 0-2), overlapped with the last micro-batch's backward; ZeRO-2
-  cannot accumulate sharded gradients locally, so it reduce-scatters after every micro-batch's
-  backward (overlapped with it) and all-gathers the updated parameters once per step;
-* pipeline: 1F1B runs (m + p - 1) micro-batch slots, the bubble (p-1)/(m+p-1)
-  (:func:`helpers.parallel.pp.bubble_fraction`).
+  the model allocates on the busiest rank, logits and loss included, the micro-batches in flight,
+  the gradients held across micro-batches) plus what the allocator never sees
+  (``Hardware.overhead_gib``, the largest Chapter 7 measured);
+* compute: (6Ψ + 12·L·h·s) FLOPs per token at an *assumed* share of the peak (the same for every
+  layout, a stated simplification); full recomputation adds one forward pass, ×4/3 (PaLM,
+  Chowdhery et al. 2022, appendix B); selective recomputation (Korthikanti et al. 2022, §4.3)
+  recomputes attention's core only, 4·L·h·s FLOPs per token more;
+* communication by placement (:mod:`helpers.cost.comm`, α-β links): ranks follow Colossal-AI's
+  mesh (dp, pp, tp, sp), last axis fastest, ``Hardware.gpus_per_node`` consecutive ranks to a node
+  (:func:`members_per_node`). A group inside one node uses ``Hardware.intra`` (NVLink); a group
+  spread over nodes uses the network as :func:`helpers.cost.comm.spanning_link` says: ring
+  collectives leave a node once, through as many of its cards as the group has members there;
+  all-to-all and point-to-point sends get one card per rank;
+* tensor parallelism: Megatron's 4 all-reduces of b·s·h per layer per micro-batch (or Megatron
+  SP's all-gathers and reduce-scatters); Ulysses: 8 all-to-alls; the pipeline sends one
+  activation each way per micro-batch and chunk; all on the critical path (they sit between a
+  layer's matmuls);
+* data parallelism, by how the group shards the model states (ZeRO paper §7; Zhao et al. 2023,
+  PyTorch FSDP, §3-4): DDP and ZeRO-1 accumulate locally and all-reduce once per step during the
+  last micro-batch's backward; ZeRO-2 reduce-scatters every micro-batch's gradients (it cannot
+  accumulate unsharded ones) and all-gathers the updated parameters once; ZeRO-3/FSDP gathers the
+  parameters before each micro-batch's forward (overlapped with it) and, resharded after the
+  forward, again before its backward, and reduce-scatters in the backward (overlapped with it);
+  HSDP does that inside a shard group and all-reduces the gradient shards across replicas once
+  per step;
+* pipeline: 1F1B runs (m + p - 1) micro-batch slots, the bubble (p-1)/(m+p-1); interleaved 1F1B
+  with v chunks shrinks the idle slots to (p-1)/v and sends v times as often (Narayanan et al.
+  2021, §2.2.2; :func:`helpers.parallel.pp.bubble_fraction`).
 """
 
 from __future__ import annotations
@@ -32,10 +45,11 @@ from helpers.cost.comm import (
     Link,
     collective_time,
     ops_time,
+    spanning_link,
     tp_layer_ops,
     ulysses_layer_ops,
 )
-from helpers.cost.memory_plan import GIB, OUTSIDE_ALLOCATOR_GIB, peak
+from helpers.cost.memory_plan import GIB, OUTSIDE_ALLOCATOR_GIB, peak, recompute_mode
 from helpers.parallel.layouts import Layout
 from helpers.parallel.pp import bubble_fraction
 
@@ -56,6 +70,20 @@ class Hardware:
     # CUDA context, NCCL buffers, kernels: outside max_memory_allocated (Chapter 7's records)
     overhead_gib: float = OUTSIDE_ALLOCATOR_GIB
     flash: bool = True  # flash attention: no s×s scores stored
+    # network cards per node, each of ``inter``'s rate (None: one per GPU, as on HGX/DGX nodes)
+    cards_per_node: int | None = None
+
+    def link(self, collective: str, n: int, per_node: int) -> Link:
+        """The link a group of ``n`` ranks, ``per_node`` of them on each node, sees for
+        ``collective`` (or "p2p"): NVLink inside a node, else
+        :func:`helpers.cost.comm.spanning_link`; a point-to-point send uses one card."""
+        if per_node >= n:
+            return self.intra
+        if collective == "p2p":
+            return self.inter
+        return spanning_link(
+            self.inter, self.intra, collective, per_node, self.gpus_per_node, self.cards_per_node
+        )
 
 
 @dataclass(frozen=True)
@@ -64,7 +92,7 @@ class Plan:
 
     layout: Layout
     microbatches: int
-    recompute: bool
+    recompute: str  # "none", "selective" or "full"
     memory_gib: float
     compute_s: float
     tp_comm_s: float
@@ -79,10 +107,10 @@ class Plan:
         L = self.layout
         return {
             "layout": str(L),
-            "zero": L.zero_stage,
+            "sharding": L.sharding,
             "micro-batch": L.microbatch,
             "m": self.microbatches,
-            "recompute": "yes" if self.recompute else "no",
+            "recompute": self.recompute,
             "memory GiB": round(self.memory_gib, 1),
             "compute s": round(self.compute_s, 3),
             "tp+sp comm s": round(self.tp_comm_s + self.sp_comm_s, 3),
@@ -93,25 +121,102 @@ class Plan:
         }
 
 
-def _link(span: int, hw: Hardware) -> Link:
-    """The link a group of ``span`` consecutive ranks uses: NVLink if it fits in one node."""
-    return hw.intra if span <= hw.gpus_per_node and hw.gpus_per_node % span == 0 else hw.inter
+def members_per_node(sizes: dict[str, int], axes: tuple[str, ...], gpus_per_node: int) -> int:
+    """How many members of one group along ``axes`` share a node, for a mesh of ``sizes`` (axes
+    in mesh order, outermost first, last fastest) with ``gpus_per_node`` consecutive ranks per
+    node. The group of rank 0 is counted: its members' ranks are sums of index × stride.
+
+    >>> members_per_node({"dp": 16, "tp": 8}, ("dp",), 8)   # T = 8 inside: one per node
+    1
+    >>> members_per_node({"dp": 16, "tp": 2}, ("dp",), 8)
+    4
+    """
+    strides, stride = {}, 1
+    for axis in reversed(list(sizes)):
+        strides[axis] = stride
+        stride *= sizes[axis]
+    offsets = [0]
+    for axis in axes:
+        offsets = [
+            o + i * strides[axis]
+            for o in offsets
+            for i in range(sizes[axis])
+            if o + i * strides[axis] < gpus_per_node
+        ]
+    return len(offsets)
+
+
+def _mesh(L: Layout) -> dict[str, int]:
+    """The planner's mesh: Colossal-AI's (dp, pp, tp, sp), dp split into (replicate, shard) for
+    HSDP (the shard group innermost, as torch's ``DeviceMesh`` for HSDP puts it)."""
+    shard = L.shard_degree if L.zero_stage == 3 and L.shard_degree else L.dp
+    return {"rep": L.dp // shard, "dp": shard, "pp": L.pp, "tp": L.tp, "sp": L.sp}
+
+
+def _fwd_share(recompute: str) -> float:
+    """The forward's share of a micro-batch's compute: 1/3 (backward costs twice the forward),
+    1/4 with full recomputation (the recomputed forward runs inside the backward)."""
+    return 1 / 4 if recompute == "full" else 1 / 3
+
+
+def _dp_exposed(L: Layout, grads: float, m: int, per_mb: float, rc: str, hw: Hardware, mesh):
+    """Seconds of data-parallel communication not hidden behind compute, and the links used
+    (``dp``; ``rep``, the replicas' all-reduce of HSDP)."""
+    fwd, bwd = _fwd_share(rc) * per_mb, (1 - _fwd_share(rc)) * per_mb
+    a2a = ("sp",) if L.sp_mode == "all_to_all" else ()
+    gpn = hw.gpus_per_node
+    if L.zero_stage < 3:
+        group = L.dp * (L.sp if a2a else 1)  # Colossal-AI reduces gradients over dp × sp
+        k = members_per_node(mesh, ("rep", "dp", *a2a), gpn)
+        link = hw.link("all_reduce", group, k)
+        if L.zero_stage == 2:  # reduce-scatter every micro-batch, all-gather the update once
+            rs = collective_time("reduce_scatter", grads, group, link)
+            exposed = m * max(0.0, rs - bwd) + collective_time("all_gather", grads, group, link)
+        else:  # accumulate locally (no_sync), all-reduce during the last backward
+            exposed = max(0.0, collective_time("all_reduce", grads, group, link) - bwd)
+        return exposed, {"dp": link}
+    shard = mesh["dp"]
+    link = hw.link("all_gather", shard, members_per_node(mesh, ("dp",), gpn))
+    gather = collective_time("all_gather", grads, shard, link)
+    scatter = collective_time("reduce_scatter", grads, shard, link)
+    if L.reshard_after_forward:  # gather for the forward, again for the backward
+        exposed = m * (max(0.0, gather - fwd) + max(0.0, gather + scatter - bwd))
+    else:  # gathered once, kept through the backward
+        exposed = m * (max(0.0, gather - fwd) + max(0.0, scatter - bwd))
+    links = {"dp": link}
+    if mesh["rep"] > 1:  # HSDP: the gradient shards all-reduced across replicas once per step
+        rlink = hw.link("all_reduce", mesh["rep"], members_per_node(mesh, ("rep",), gpn))
+        exposed += max(0.0, collective_time("all_reduce", grads / shard, mesh["rep"], rlink) - bwd)
+        links["rep"] = rlink
+    return exposed, links
 
 
 def plan_layout(
-    model: ModelShape, layout: Layout, global_batch: int, hw: Hardware, recompute: bool = False
+    model: ModelShape,
+    layout: Layout,
+    global_batch: int,
+    hw: Hardware,
+    recompute: bool | str = False,
+    check: bool = True,
 ) -> Plan:
-    """Memory and step time of one layout (see the module docstring for every term)."""
+    """Memory and step time of one layout (see the module docstring for every term).
+
+    ``recompute``: "none", "selective" or "full" (a bool means "none" or "full"); ``check=False``
+    skips Colossal-AI's layout rules (a published run made with another framework)."""
     L, s, h = layout, model.seq_len, model.hidden
+    rc = recompute_mode(recompute)
     m = global_batch // (L.dp * L.microbatch)
     a2a = L.sp if L.sp_mode == "all_to_all" else 1
-    mem = peak(model, L, global_batch, recompute, hw.flash, hw.overhead_gib)
-    G = L.world_size
-    flops = (6 * model.params + 12 * model.layers * h * s) * (4 / 3 if recompute else 1)
+    mem = peak(model, L, global_batch, rc, hw.flash, hw.overhead_gib, check=check)
+    G, gpn, mesh = L.world_size, hw.gpus_per_node, _mesh(L)
+    flops = 6 * model.params + 12 * model.layers * h * s
+    flops = flops * 4 / 3 if rc == "full" else flops
+    flops += 4 * model.layers * h * s if rc == "selective" else 0
     compute = flops * global_batch * s / G / (hw.peak_flops * hw.mfu)
     per_mb = compute / m
     layers = model.layers // L.pp
-    tp_link, sp_link = _link(L.tp * L.sp, hw), _link(L.sp, hw)
+    tp_link = hw.link("all_reduce", L.tp, members_per_node(mesh, ("tp",), gpn))
+    sp_link = hw.link("all_to_all", a2a, members_per_node(mesh, ("sp",), gpn))
     tp_mb = (
         ops_time(
             tp_layer_ops(
@@ -129,34 +234,21 @@ def plan_layout(
         if a2a > 1
         else 0.0
     )
-    pp_link = _link(L.pp * L.tp * L.sp, hw)
+    pp_link = hw.link("p2p", L.pp, members_per_node(mesh, ("pp",), gpn))
     act = L.microbatch * s / a2a * h * 2
-    pp_mb = 2 * (pp_link.latency_s + act / pp_link.bandwidth_bytes_per_s) if L.pp > 1 else 0.0
+    v = L.chunks
+    pp_mb = 2 * v * (pp_link.latency_s + act / pp_link.bandwidth_bytes_per_s) if L.pp > 1 else 0.0
     slot = per_mb + tp_mb + sp_mb + pp_mb
-    bubble = bubble_fraction(L.pp, m) * (m + L.pp - 1) * slot  # (p - 1) idle slots of 1F1B
-    group = L.dp * a2a  # Colossal-AI reduces gradients over dp × sp
-    grads = model.params / (L.tp * L.pp) * 2  # bf16 gradients of one model shard
-    dp_link = hw.intra if G <= hw.gpus_per_node else hw.inter
-    window = 2 / 3 * per_mb  # a micro-batch's backward, which bucketed communication overlaps
-    if (
-        L.zero_stage == 2
-    ):  # sharded gradients cannot accumulate locally: reduce-scatter every micro-batch
-        rs = collective_time("reduce_scatter", grads, group, dp_link)
-        dp_exposed = m * max(0.0, rs - window) + collective_time(
-            "all_gather", grads, group, dp_link
-        )
-    else:  # gradients accumulate locally (no_sync), all-reduced once during the last backward
-        dp_exposed = max(0.0, collective_time("all_reduce", grads, group, dp_link) - window)
+    bubble = (L.pp - 1) / v * slot  # the idle slots of (interleaved) 1F1B
+    grads = model.params / (L.tp * L.pp) * 2  # bf16 gradients (and weights) of one model shard
+    dp_exposed, dp_links = _dp_exposed(L, grads, m, per_mb, rc, hw, mesh)
     step = m * slot + bubble + dp_exposed
-    tiers = {
-        "tp": tp_link.name.split(",")[0],
-        "dp": dp_link.name.split(",")[0],
-        "pp": pp_link.name.split(",")[0],
-    }
+    links = {"tp": tp_link, **dp_links, "pp": pp_link}
+    tiers = {k: link.name.split(",")[0] for k, link in links.items()}
     return Plan(
         L,
         m,
-        recompute,
+        rc,
         mem["total"] / GIB,
         compute,
         m * tp_mb,

@@ -17,7 +17,16 @@ from helpers.cost.step_time import Hardware
 from helpers.record.results import format_table
 
 MODELS = {m.name: m for m in (SEED_7B5, LLAMA2_70B, VALIDATION_0B5)}
-COLUMNS = ["layout", "zero", "micro-batch", "m", "recompute", "memory GiB", "step s", "tokens/s"]
+COLUMNS = [
+    "layout",
+    "sharding",
+    "micro-batch",
+    "m",
+    "recompute",
+    "memory GiB",
+    "step s",
+    "tokens/s",
+]
 
 
 def planner_summary(

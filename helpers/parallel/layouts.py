@@ -146,7 +146,23 @@ class Layout:
     sp: int = 1
     sp_mode: str | None = None
     microbatch: int | None = None  # samples per micro-batch (the plugin's microbatch_size)
-    zero_stage: int = 0
+    zero_stage: int = 0  # 0-2: HybridParallelPlugin; 3: parameters sharded too (Gemini, FSDP)
+    reshard_after_forward: bool = True  # ZeRO-3 only: gather again for the backward (FSDP's flag)
+    shard_degree: int | None = None  # ZeRO-3 only, HSDP: shard over this many data ranks
+    chunks: int = 1  # model chunks per pipeline rank (interleaved 1F1B: v > 1)
+    # who runs it: HybridParallelPlugin (ZeRO 0-2), or "gemini" for ZeRO-3 (Colossal-AI's
+    # GeminiPlugin; PyTorch's FSDP2 runs the same layouts and also the kept and HSDP forms)
+    plugin: str = "hybrid_parallel"
+
+    @property
+    def sharding(self) -> str:
+        """How the data-parallel group holds the model states, in the book's words."""
+        if self.zero_stage < 3:
+            return "DDP" if self.zero_stage == 0 else f"ZeRO-{self.zero_stage}"
+        name = "FSDP" if self.reshard_after_forward else "FSDP, kept after forward"
+        if self.shard_degree and self.shard_degree < self.dp:
+            name = f"HSDP {self.shard_degree}×{self.dp // self.shard_degree}" + name[4:]
+        return name
 
     @classmethod
     def for_world(
@@ -184,6 +200,8 @@ class Layout:
             }
         if self.microbatch is not None:
             kw["microbatch_size"] = self.microbatch
+        if self.chunks > 1:
+            kw |= {"pp_style": "interleaved", "num_model_chunks": self.chunks}
         return kw
 
     def __str__(self) -> str:
@@ -192,6 +210,8 @@ class Layout:
             text += f" × S={self.sp} ({self.sp_mode})"
         elif self.sp_mode:
             text += f" ({self.sp_mode}, S=T={self.tp})"
+        if self.chunks > 1:
+            text += f", interleaved v={self.chunks}"
         return text
 
 
@@ -205,11 +225,29 @@ def violations(
     if layout.sp_mode is not None and layout.sp_mode not in SP_MODES:
         return [f"unknown sequence parallelism mode {layout.sp_mode!r}"]
     case = layout_case(layout, model, global_batch)
-    return [
+    reasons = [
         rule.reason(case)
         for rule in LAYOUT_RULES
         if (model is not None or not rule.needs_model) and rule.broken(case)
     ]
+    return reasons + _interleaving(layout, case)
+
+
+def _interleaving(layout: Layout, case) -> list[str]:
+    """Colossal-AI's interleaved 1F1B (``pp_style="interleaved"``) needs a pipeline, a number of
+    micro-batches that P divides (``pipeline/schedule/interleaved_pp.py``, ``load_batch``), and,
+    in this book, layers that split evenly into P × v chunks."""
+    v, p = layout.chunks, layout.pp
+    if v == 1:
+        return []
+    m = case.steps_of_micro
+    layers = case.model.layers if case.model is not None else None
+    if p < 2 or (layers is not None and layers % (p * v)) or (m is not None and m % p):
+        return [
+            f"{v} chunks per stage with P={p}: interleaving needs P > 1, layers divisible by "
+            f"P×v and m a multiple of P"
+        ]
+    return []
 
 
 def validate(
