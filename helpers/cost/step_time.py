@@ -239,7 +239,8 @@ def plan_layout(
     v = L.chunks
     pp_mb = 2 * v * (pp_link.latency_s + act / pp_link.bandwidth_bytes_per_s) if L.pp > 1 else 0.0
     slot = per_mb + tp_mb + sp_mb + pp_mb
-    bubble = (L.pp - 1) / v * slot  # the idle slots of (interleaved) 1F1B
+    idle = bubble_fraction(L.pp, m, v)  # (interleaved) 1F1B: (p - 1)/v idle slots to m busy ones
+    bubble = idle / (1 - idle) * m * slot
     grads = model.params / (L.tp * L.pp) * 2  # bf16 gradients (and weights) of one model shard
     dp_exposed, dp_links = _dp_exposed(L, grads, m, per_mb, rc, hw, mesh)
     step = m * slot + bubble + dp_exposed
