@@ -1,6 +1,10 @@
-"""Chapter 7 (where the memory goes), section 2: the bytes autograd saves in one forward and loss
-of a small Hugging Face Llama, counted by :func:`saved_bytes` and predicted term by term by
-:func:`activation_formula`, which the notebook checks to the byte.
+"""Chapter 7 (where the memory goes): the notebook's glue.
+
+Section 2: the bytes autograd saves in one forward and loss of a small Hugging Face Llama, counted
+by :func:`saved_bytes` and predicted term by term by :func:`activation_formula`, which the notebook
+checks to the byte. Gradient accumulation on one GPU: :func:`accumulation_points` and
+:func:`accumulation_rows` read the accumulation layouts of the one-GPU record
+(:data:`helpers.record.ch07_layouts.ACCUMULATION`) against the memory model's held gradients.
 """
 
 from __future__ import annotations
@@ -9,8 +13,10 @@ import torch
 
 from helpers.config.shape import ModelShape
 from helpers.cost.census import count_saved_bytes
-from helpers.cost.memory_llama import head_activation_bytes, layer_activation_bytes
+from helpers.cost.memory_llama import head_activation_bytes, layer_activation_bytes, predict
 from helpers.models.llama import build_llama
+
+GIB = 2**30
 
 
 def saved_bytes(shape: ModelShape, ids: torch.Tensor, dtype: torch.dtype, attn: str) -> int:
@@ -35,3 +41,77 @@ def activation_formula(shape: ModelShape, b: int, s: int, e: int, attn: str) -> 
         + 16 * n
         + 4
     )
+
+
+def accumulation_points(record: dict | None = None) -> list[dict]:
+    """Per accumulation layout (:data:`helpers.record.ch07_layouts.ACCUMULATION`, in its order) of
+    the one-GPU Chapter 7 record (default: ``results.find('ch07_memory', gpus=1)``), numbers in
+    GiB: ``plugin`` (the layout's name before ", accumulation"), ``m``, ``measured``
+    (max_memory_allocated over the timed steps, the rank that uses most; None where the record has
+    no measurement, ``status`` says why), ``predicted`` (:func:`helpers.cost.memory_llama.predict`
+    today, for the layout as it ran), ``error_pct``, ``held`` (the gradients the model holds
+    across micro-batches: ``states['grads']`` when m > 1, else 0), ``over_m1`` (measured minus the
+    same plugin's m = 1) beside ``predicted_over_m1``, and ``over_previous`` (measured minus the
+    previous m: m = 2 over m = 1, m = 4 over m = 2) beside ``predicted_over_previous``."""
+    from helpers.config.layout import TrainLayout
+    from helpers.record.ch07_layouts import ACCUMULATION
+    from helpers.record.ch07_tables import rank_results, summary
+    from helpers.record.results import find
+
+    record = find("ch07_memory", gpus=1) if record is None else record
+    runs = {r["name"]: r for r in (record or {}).get("runs", [])}
+    points = []
+    for layout in ACCUMULATION:
+        run = runs.get(layout.name)
+        ranks = rank_results(run) if run is not None else None
+        s = summary(run) if ranks else None
+        measured = s["measured"] / GIB if s and s["measured"] is not None else None
+        if measured is not None:
+            layout = TrainLayout.from_dict(ranks[0]["layout"])  # as it ran
+        p = predict(layout)
+        status = "measured" if measured is not None else "not recorded yet"
+        if run is not None and measured is None:
+            status = "not run: " + run["not_run"] if run.get("not_run") else "failed"
+        points.append(
+            {
+                "plugin": layout.name.split(", accumulation")[0],
+                "m": layout.microbatches,
+                "measured": measured,
+                "predicted": p["peak"] / GIB,
+                "error_pct": s["error_pct"] if measured is not None else None,
+                "held": (p["states"]["grads"] if layout.microbatches > 1 else 0.0) / GIB,
+                "status": status,
+            }
+        )
+    for i, x in enumerate(points):
+        first = next(y for y in points if y["plugin"] == x["plugin"])
+        before = points[i - 1] if x is not first else None
+        for key, base in (("over_m1", first), ("over_previous", before)):
+            both = base is not None and None not in (x["measured"], base["measured"])
+            x[key] = x["measured"] - base["measured"] if both else None
+            x[f"predicted_{key}"] = x["predicted"] - base["predicted"] if base else None
+    return points
+
+
+def accumulation_rows(record: dict | None = None) -> list[dict]:
+    """:func:`accumulation_points` as a table: per plugin and m, the measured and predicted peak,
+    the model's error, the measured increase over m = 1 beside the held gradients the model
+    counts, and the increase over the previous m, measured and predicted."""
+
+    def gib(v: float | None) -> str:
+        return "—" if v is None else f"{v:.2f}"
+
+    return [
+        {
+            "plugin": x["plugin"],
+            "m": x["m"],
+            "measured peak GiB": gib(x["measured"]) if x["measured"] is not None else x["status"],
+            "predicted peak GiB": gib(x["predicted"]),
+            "error %": "—" if x["error_pct"] is None else f"{x['error_pct']:+.1f}",
+            "measured over m=1 GiB": gib(x["over_m1"]),
+            "held grads (model) GiB": gib(x["held"]),
+            "measured over previous m GiB": gib(x["over_previous"]),
+            "predicted over previous m GiB": gib(x["predicted_over_previous"]),
+        }
+        for x in accumulation_points(record)
+    ]

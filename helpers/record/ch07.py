@@ -6,6 +6,7 @@ Record on a box with two GPUs (results/<hardware>/ch07_memory.json), about 6 min
     python -m helpers.record ch07 --record --quick  # three layouts, a smoke test (…_quick.json)
     python -m helpers.record ch07 --record --only "TP=2 bf16"  # re-record some, keep the rest
     python -m helpers.record ch07 --record --gpus 1 --budget_s 180   # one GPU -> results/1x<GPU>/
+    python -m helpers.record ch07 --record --gpus 1 --only accumulation  # + gradient accumulation
 
 Each layout (:data:`helpers.record.ch07_layouts.LAYOUTS`) is one torchrun of
 ``helpers.demos.ch07_memory`` with its own timeout (:func:`helpers.record.runner.run_one`); a
@@ -24,7 +25,7 @@ from pathlib import Path
 
 from helpers.config.layout import TrainLayout
 from helpers.record import cli
-from helpers.record.ch07_layouts import LAYOUTS, NPROC, QUICK, layout_named, plan
+from helpers.record.ch07_layouts import ALL, GROUPS, NPROC, QUICK, layout_named, plan
 from helpers.record.ch07_tables import table_rows
 from helpers.record.results import earlier as results_earlier, format_table, merge_runs, save
 from helpers.record.runner import not_run_record, run_one
@@ -33,6 +34,8 @@ DEMO = "ch07_memory"
 RECORD_COMMAND = cli.command("ch07", ["--record"])
 # every layout that runs on one GPU, ~5 min
 ONE_GPU_COMMAND = cli.command("ch07", ["--record", "--gpus", "1"])
+# the six gradient-accumulation layouts, added to the one-GPU record (~4 min)
+ACCUMULATION_COMMAND = cli.command("ch07", ["--record", "--gpus", "1", "--only", "accumulation"])
 # at least this in the book's one-GPU device call (it gets what the recorders before it left)
 ONE_GPU_BUDGET_S = 180
 # about what one layout's torchrun takes on an H200 (the 2-GPU record: 23-43 s, HybridAdam built)
@@ -147,7 +150,7 @@ SPEC = cli.Recorder(
     lambda a: record(a.gpus or NPROC, a.quick, a.only, a.budget_s, a.record, a.copy_to),
     flags=("quick", "only", "budget_s", "gpus", "copy_to"),
     quick=f"only {QUICK} (those that run at --gpus; ch07_memory_quick.json)",
-    only=tuple(x.name for x in LAYOUTS),
+    only=tuple(GROUPS) + tuple(x.name for x in ALL),
     gpus=NPROC,
     check=_check,
     one_gpu=ONE_GPU_COMMAND,

@@ -6,6 +6,13 @@ recorder :mod:`helpers.record.ch07` runs each as one torchrun. :func:`layouts_fo
 a world size (at world 1 not those that need two GPUs, tensor and pipeline parallelism, nor ZeRO-1
 bf16, which there is ZeRO-2 bf16 again: one rank holds every shard), in the order recorded
 (Chapter 7, "The model against the GPU", "One GPU beside two").
+
+:data:`ACCUMULATION` are six more layouts, run only when ``--only`` names them or their group
+(:data:`GROUPS`) and only at world size 1, into the one-GPU record: plain gradient accumulation
+(pp = 1, m = 1, 2, 4 micro-batches of 2 sequences per step) under HybridParallelPlugin bf16 at
+ZeRO 0 and LowLevelZero ZeRO-1 bf16, which measure the gradients a rank holds while the next
+micro-batch builds its activations (:func:`helpers.cost.memory_llama.predict`'s ``held``). They
+are not in :data:`LAYOUTS`, so the memory table and its one-GPU column stay as they are.
 """
 
 from __future__ import annotations
@@ -63,17 +70,44 @@ WORLD1 = [
     "ZeRO-1 fp32",
 ]
 SAME_AT_WORLD1 = {"ZeRO-1 bf16": "ZeRO-2 bf16"}  # layouts that one rank makes identical to another
+# Gradient accumulation on one GPU: with micro-batch 2 the model puts every step's peak at the start
+# of a backward (1.6 GiB above the optimizer step under Hybrid, 0.67 GiB under ZeRO-1), where the
+# bf16 gradients held from the earlier micro-batches (0.69 GiB) are 7-8 % of it
+ACCUMULATION_MICRO_BATCH = 2
+ACCUMULATION_MS = (1, 2, 4)
+ACCUMULATION_PLUGINS = {  # name prefix: (plugin, ZeRO stage)
+    "Hybrid bf16": ("hybrid", 0),
+    "ZeRO-1 bf16": ("zero", 1),
+}
+ACCUMULATION = [
+    T(
+        f"{prefix}, accumulation m={m}",
+        plugin,
+        "bf16",
+        zero_stage=stage,
+        microbatches=m,
+        micro_batch=ACCUMULATION_MICRO_BATCH,
+        world=1,
+    )
+    for prefix, (plugin, stage) in ACCUMULATION_PLUGINS.items()
+    for m in ACCUMULATION_MS
+]
+GROUPS = {"accumulation": [x.name for x in ACCUMULATION]}  # ``--only`` names for several layouts
+ALL = LAYOUTS + ACCUMULATION
 
 
 def layout_named(name: str, world: int = NPROC) -> TrainLayout:
-    """The layout called ``name``, at world size ``world`` (ValueError if it cannot run there)."""
-    layout = next(x for x in LAYOUTS if x.name == name)
+    """The layout called ``name`` (of :data:`ALL`), at world size ``world`` (ValueError if it
+    cannot run there)."""
+    layout = next(x for x in ALL if x.name == name)
     return layout if layout.world == world else replace(layout, world=world)
 
 
 def not_at_world(name: str, world: int) -> str | None:
     """Why layout ``name`` is not run at world size ``world``, or None when it is."""
-    layout = next(x for x in LAYOUTS if x.name == name)
+    layout = next(x for x in ALL if x.name == name)
+    if layout in ACCUMULATION and world != 1:
+        return "an accumulation layout of the one-GPU record: run it with --gpus 1"
     if world % (layout.tp * layout.pp):
         return f"needs {layout.tp * layout.pp} GPUs (tp·pp = {layout.tp * layout.pp})"
     if world == 1 and name in SAME_AT_WORLD1:
@@ -103,16 +137,19 @@ def plan(
     gpus: int = NPROC, quick: bool = False, only: list[str] | None = None
 ) -> tuple[list[str], dict[str, str]]:
     """(layouts to run, {layout: why not run}) of a recording: :func:`layouts_for`, narrowed by
-    ``quick`` or ``only`` (a name ``only`` asks for that cannot run at ``gpus`` is a ValueError)."""
+    ``quick`` or ``only`` (layout names or :data:`GROUPS`; a name ``only`` asks for that cannot run
+    at ``gpus`` is a ValueError). Only ``only`` runs :data:`ACCUMULATION`, after the others."""
     names, skipped = layouts_for(gpus)
-    known = {x.name for x in LAYOUTS}
-    for n in only or []:
+    known = {x.name for x in ALL}
+    wanted = [x for n in only or [] for x in GROUPS.get(n, [n])]
+    for n in wanted:
         if n not in known:
-            raise ValueError(f"unknown layout {n!r}: one of {sorted(known)}")
-        if n in skipped:
-            raise ValueError(f"{n!r} does not run at world size {gpus}: {skipped[n]}")
+            raise ValueError(f"unknown layout {n!r}: one of {sorted(known | set(GROUPS))}")
+        why = not_at_world(n, gpus)
+        if why:
+            raise ValueError(f"{n!r} does not run at world size {gpus}: {why}")
     if only:
-        return [n for n in names if n in only], {}
+        return [n for n in names + [x.name for x in ACCUMULATION] if n in wanted], {}
     if quick:
         return [n for n in names if n in QUICK], {}
     return names, skipped
