@@ -2,11 +2,11 @@
 live where this machine can make hosts, otherwise as recorded.
 
 Each run is a function of its own module (``helpers.run.multinode``, ``ssh``, ``slurm``,
-``node_faults``, ``mesh_orders``) that returns a dict of what happened. :func:`result` runs one
-live, through :func:`helpers.run.shared.once` (so a test and the notebook that show the same run
-make it once per test run), when network namespaces and the programs it needs are here; else it
-returns the recording ``python -m helpers.record multinode --record`` made, from
-``results/cpu/multinode.json``, with its provenance. :func:`source_line` says which.
+``node_faults``, ``mesh_orders``, ``node_egress``) that returns a dict of what happened.
+:func:`result` runs one live, through :func:`helpers.run.shared.once` (so a test and the notebook
+that show the same run make it once per test run), when network namespaces and the programs it
+needs are here; else it returns the recording ``python -m helpers.record multinode --record``
+made, from ``results/cpu/multinode.json``, with its provenance. :func:`source_line` says which.
 """
 
 from __future__ import annotations
@@ -31,6 +31,11 @@ RUNS: dict[str, tuple[str, tuple[str, ...], str]] = {
         "helpers.run.mesh_orders:measure",
         ("tc",),
         "tp x dp = 2 x 2 on two hosts with a 200 Mbit/s link, tp inside and across hosts",
+    ),
+    "node_egress": (
+        "helpers.run.node_egress:measure",
+        ("tc",),
+        "all-reduce over 1 and 2 ranks per host on a 200 Mbit/s link: a ring leaves a node once",
     ),
     "slurm": (
         "helpers.run.slurm:slurm_job",
@@ -180,6 +185,49 @@ def mesh_order_rows(run: dict) -> list[dict]:
             }
         )
     return rows
+
+
+def node_egress_rows(run: dict) -> list[dict]:
+    """The all-reduces of the node-egress run: measured beside the per-node and per-rank models,
+    and the bytes that left the busier host per byte of message."""
+    return [
+        {
+            "ranks per host": r["ranks_per_host"],
+            "N": r["n"],
+            "MiB": r["size_bytes"] // 2**20,
+            "ms measured": round(1e3 * r["seconds"], 1),
+            "ms per node": round(1e3 * r["per_node"], 1),
+            "ms per rank": round(1e3 * r["per_rank"], 1),
+            "measured / per node": round(r["ratio_per_node"], 2),
+            "bytes out of a host / M": round(r["egress_per_message"], 2),
+        }
+        for r in run["rows"]
+    ]
+
+
+def node_egress_numbers(run: dict) -> dict[str, float]:
+    """The node-egress run's numbers that Chapter 5's page quotes (glued by the notebook)."""
+    out = {r["n"]: r["egress_per_message"] for r in run["rows"]}  # the largest size's, per N
+    return {
+        "ch05-egress-ratio": round(run["ratio_measured"], 2),
+        "ch05-egress-card-mbs": round(run["card"]["bandwidth_bytes_per_s"] / 1e6, 1),
+        "ch05-egress-rate-mbs": round(run["rate_bytes_per_s"] / 1e6, 1),
+        "ch05-egress-worst-pct": round(100 * run["worst_per_node_error"], 1),
+        "ch05-egress-bytes-n2": round(out[2], 2),
+        "ch05-egress-bytes-n4": round(out[4], 2),
+    }
+
+
+def glue_numbers(numbers: dict[str, float]) -> None:
+    """Glue each number under its key for the chapter page's ``{glue:text}`` (myst-nb), shown
+    nowhere in the notebook; nothing where myst-nb is missing (a GPU box with only the notebook
+    tools)."""
+    try:
+        from myst_nb import glue
+    except ImportError:
+        return
+    for key, value in numbers.items():
+        glue(key, value, display=False)
 
 
 def hostfile_rows(run: dict) -> list[dict]:
