@@ -86,7 +86,7 @@ def test_data_parallel_bytes_leave_a_node_once():
     T = 2 inside the node halves each rank's bytes but puts 2 groups on the same cards: the same
     time. T = 8 leaves one member per node, one card per group."""
     from helpers.cost.comm import collective_time
-    from helpers.cost.step_time import members_per_node
+    from helpers.cost.placement import members_per_node
 
     hw = Hardware()
     grads = SEED_7B5.params * 2

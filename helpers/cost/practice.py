@@ -24,14 +24,18 @@ from dataclasses import replace
 
 from helpers.config.shape import ModelShape
 from helpers.cost.comm import collective_time
-from helpers.cost.step_time import Hardware, Plan, members_per_node
+from helpers.cost.placement import members_per_node
+from helpers.cost.step_time import Hardware, Plan
 
 
-def megatron_flops(model: ModelShape, batch: int) -> float:
+def megatron_flops(model: ModelShape, batch: int, recompute: bool = True) -> float:
     """Narayanan et al. 2021 eq. (3): FLOPs of one iteration of ``batch`` sequences, recomputation
-    included (hardware FLOPs)."""
+    included (hardware FLOPs): 96 = 4 × 24, a forward, a backward of twice its cost and the
+    recomputed forward. Without recomputation the same count has 3 × 24 = 72 (the form
+    Megatron-DeepSpeed's throughput log uses, a factor 3 or 4 by ``--checkpoint-activations``)."""
     s, h, layers, v = model.seq_len, model.hidden, model.layers, model.vocab
-    return 96 * batch * s * layers * h**2 * (1 + s / (6 * h) + v / (16 * layers * h))
+    passes = 4 if recompute else 3
+    return 24 * passes * batch * s * layers * h**2 * (1 + s / (6 * h) + v / (16 * layers * h))
 
 
 def model_flops_per_token(model: ModelShape, seq: int | None = None) -> float:

@@ -45,10 +45,10 @@ from helpers.cost.comm import (
     Link,
     collective_time,
     ops_time,
-    spanning_link,
     tp_layer_ops,
     ulysses_layer_ops,
 )
+from helpers.cost.placement import members_per_node, spanning_link
 from helpers.cost.memory_plan import GIB, OUTSIDE_ALLOCATOR_GIB, peak, recompute_mode
 from helpers.parallel.layouts import Layout
 from helpers.parallel.pp import bubble_fraction
@@ -119,31 +119,6 @@ class Plan:
             "step s": round(self.step_s, 3),
             "tokens/s": round(tokens_per_step / self.step_s),
         }
-
-
-def members_per_node(sizes: dict[str, int], axes: tuple[str, ...], gpus_per_node: int) -> int:
-    """How many members of one group along ``axes`` share a node, for a mesh of ``sizes`` (axes
-    in mesh order, outermost first, last fastest) with ``gpus_per_node`` consecutive ranks per
-    node. The group of rank 0 is counted: its members' ranks are sums of index × stride.
-
-    >>> members_per_node({"dp": 16, "tp": 8}, ("dp",), 8)   # T = 8 inside: one per node
-    1
-    >>> members_per_node({"dp": 16, "tp": 2}, ("dp",), 8)
-    4
-    """
-    strides, stride = {}, 1
-    for axis in reversed(list(sizes)):
-        strides[axis] = stride
-        stride *= sizes[axis]
-    offsets = [0]
-    for axis in axes:
-        offsets = [
-            o + i * strides[axis]
-            for o in offsets
-            for i in range(sizes[axis])
-            if o + i * strides[axis] < gpus_per_node
-        ]
-    return len(offsets)
 
 
 def _mesh(L: Layout) -> dict[str, int]:

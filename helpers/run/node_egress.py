@@ -26,7 +26,8 @@ from __future__ import annotations
 import statistics
 import subprocess
 
-from helpers.cost.comm import Link, collective_time, fit_link, spanning_link
+from helpers.cost.comm import Link, collective_time, fit_link
+from helpers.cost.placement import spanning_link
 
 RATE = "200mbit"  # one host's card: 25 MB/s; a host's loopback carried about 2 GB/s here
 TOLERANCE = 0.25  # the book's tolerance for a collective's predicted time
