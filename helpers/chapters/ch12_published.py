@@ -1,58 +1,67 @@
-"""Chapter 12's published trainings: each layout and figure as its paper gives it, with the source.
+"""Chapter 12's published trainings: every figure read from its source, kept with its sentence.
 
-Used by ``notebooks/12_in_practice.ipynb`` and ``tests/test_ch12_published.py``. Every number in
-:data:`RUNS` is typed from the cited table or section (the tests re-check what the papers
-themselves make checkable: G = T·C·P·D, aggregate = per-GPU × G, % of peak); a layout field the
-source does not give is ``None``, and what the chapter *assumes* in its place is in
-``assumed``, never mixed with the published figures. Sources:
+Used by ``notebooks/12_in_practice.ipynb``, :mod:`helpers.chapters.ch12_predict` and
+``tests/test_ch12_published.py``. Nothing here is typed from memory: :data:`RUNS` is loaded from
+``helpers/data/published_trainings.yaml``, where each figure (a layout degree, the batch and
+micro-batch, the sequence, the sharding, the schedule and its chunks, recomputation, precision, a
+reported throughput or memory, and the architecture's numbers) is a mapping of ``value``,
+``status``, ``source`` and ``quote``:
 
-* MEG: Narayanan et al. 2021, "Efficient Large-Scale Language Model Training on GPU Clusters Using
-  Megatron-LM" (SC '21), Table 1; §5.1: vocabulary 51,200, sequence 2,048, mixed precision, 80-GB
-  A100s on Selene; TFLOP/s counted with eq. (3), recomputation included.
-* L3: Dubey et al. 2024, "The Llama 3 Herd of Models", Table 3 (405B: 126 layers, width 16,384,
-  FFN 53,248, 128 heads, 8 KV heads, vocabulary 128,000), Table 4 (the 405B layouts and their
-  TFLOP/s and BF16 MFU), §3.3.2 (4D parallelism: TP, CP, PP, FSDP; interleaved pipeline with one
-  layer fewer on the first and last stage; K, V all-gathered for CP).
-* DSV3: DeepSeek-AI 2024, "DeepSeek-V3 Technical Report", §3.2 (16-way PP with DualPipe, 64-way
-  EP over 8 nodes, ZeRO-1 DP, no TP), §3.3 (FP8 mixed precision), §4.2 (61 layers, width 7,168,
-  batch ramped to 15,360 sequences of 4K tokens), §1 (180K H800 GPU hours per trillion tokens on
-  2,048 H800s); the dense FFN width (18,432) and the vocabulary (129,280; the report says 128K)
-  are the released ``config.json``'s.
-* BLOOM: Le Scao et al. 2022 (BigScience), "BLOOM: A 176B-Parameter Open-Access Multilingual
-  Language Model", Table 3 (70 layers, width 14,336, 112 heads, sequence 2,048, global batch
-  2,048), §3.4 (384 A100 80 GB, DP 8 × TP 4 × PP 12, ZeRO stage 1, bf16, 156 TFLOP/s per GPU in
-  the fastest configuration); memory "about 60 GB per GPU": BigScience's training summary
-  ("BigScience 176B Model", bigscience.notion.site).
-* OPT: Zhang et al. 2022, "OPT: Open Pre-trained Transformer Language Models", Table 1 (175B: 96
-  layers, 96 heads, width 12,288, batch 2M tokens), §2.4 (992 A100 80 GB, FSDP with Megatron-LM
-  tensor parallelism, up to 147 TFLOP/s per GPU; the tensor degree is not given); the vocabulary
-  of 50,272 is the released checkpoints' (GPT-2's BPE padded).
-* ALPACA: Taori et al. 2023, "Stanford Alpaca", the repository's README ("Fine-tuning"): LLaMA-7B
-  on 4 A100 80 GB, FSDP ``full_shard``, bf16, batch 4 per device × 8 accumulation steps = 128,
-  max length 512; no throughput is published.
+* **published**: a source states it; ``quote`` is the sentence, table row or command-line
+  fragment, verbatim;
+* **derived**: arithmetic on published figures; ``quote`` is the arithmetic, ``what: EXPR =
+  VALUE``, which :func:`arithmetic` evaluates;
+* **assumed**: nothing states it; ``quote`` says why and what the chapter takes. Only these are
+  in :attr:`Run.assumed`.
+
+The sources (each run's ``source`` is a key of :data:`SOURCES`):
+
+* MEG: Narayanan et al. 2021 (SC '21, arXiv 2104.04473), Table 1, §5 and §5.1, and the authors'
+  own script ``examples/sc21/run_table_1.sh`` in NVIDIA/Megatron-LM: micro-batches, full
+  recomputation on every row, the interleaved schedule on the 76.1B, 145.6B, 310.1B and 529.6B
+  rows (chunks v = layers / (P × layers per virtual stage)).
+* L3: Dubey et al. 2024 (arXiv 2407.21783), Tables 3 and 4 and §3.3.2: no activation
+  checkpointing on 8K sequences; FSDP that does not reshard after the forward; Table 4's 128K row
+  as arXiv v3 prints it (DP 8).
+* DSV3: DeepSeek-AI 2024 (arXiv 2412.19437), §1, §3.1-3.3 and §4.2, and the released
+  ``inference/configs/config_671B.json``.
+* BLOOM: BigScience's ``train/tr11-176B-ml/README.md`` and ``tr11-176B-ml.slurm``
+  (bigscience-workshop/bigscience) and its training summary on bigscience.notion.site.
+* OPT: Zhang et al. 2022 (arXiv 2205.01068), Table 1, §2.2 and §2.4, and metaseq's launcher
+  (``metaseq/launcher/opt_baselines.py``, ``opt_job_constants.py``).
+* ALPACA: the release post (crfm.stanford.edu/2023/03/13/alpaca.html: 8 A100 80 GB, 3 hours) and
+  the repository's README (tatsu-lab/stanford_alpaca).
+
+The architectures (:class:`helpers.config.shape.ModelShape`, :class:`helpers.cost.moe.MoEShape`)
+are built here from the numbers in the same file, with their sources. BLOOM's shape is GPT's,
+which counts a learned position table (29 M parameters) that BLOOM's ALiBi does not have.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import ast
+import operator
+from dataclasses import dataclass, field, fields
+from functools import lru_cache
+from pathlib import Path
+
+import yaml
 
 from helpers.config.shape import ModelShape
-from helpers.cost.hardware import GPU_KIND
 from helpers.cost.moe import MoEShape
 
-SOURCES = {
-    "MEG": "Narayanan et al. 2021 (Megatron-LM, SC '21), Table 1 and §5.1",
-    "L3": "Dubey et al. 2024 (The Llama 3 Herd of Models), Tables 3-4 and §3.3.2",
-    "DSV3": "DeepSeek-AI 2024 (DeepSeek-V3 Technical Report), §1, §3.2-3.3, §4.2",
-    "BLOOM": "Le Scao et al. 2022 (BLOOM), Table 3 and §3.4",
-    "OPT": "Zhang et al. 2022 (OPT), Table 1 and §2.4",
-    "ALPACA": "Taori et al. 2023 (Stanford Alpaca), README 'Fine-tuning'",
-}
+DATA_FILE = Path(__file__).resolve().parent.parent / "data" / "published_trainings.yaml"
+STATUSES = ("published", "derived", "assumed")
 
 
 @dataclass(frozen=True)
 class Run:
-    """One published training (or one row of a published table)."""
+    """One published training (or one row of a published table), as its sources give it.
+
+    Every field below ``model`` holds the value the chapter uses; ``figures`` says for each where
+    it comes from (``value``, ``status``, ``source``, ``quote``), and ``assumed`` repeats the
+    values no source states.
+    """
 
     key: str
     training: str  # the family: "Megatron-LM Table 1", "Llama 3 405B", ...
@@ -67,211 +76,166 @@ class Run:
     seq: int
     cp: int = 1
     ep: int = 1
-    sharding: str = "none"  # how the data-parallel group shards: none, ZeRO-1, FSDP, ...
-    schedule: str = ""
+    sharding: str = "none"  # how the data-parallel group shards: none (DDP), ZeRO-1, FSDP ...
+    schedule: str = "-"
     precision: str = "bf16"
     micro_batch: int | None = None
     reported: dict = field(default_factory=dict)  # figure name -> value, as published
-    counting: str = ""  # how the paper counts its throughput
-    assumed: dict = field(default_factory=dict)  # what the chapter assumes where nothing is given
+    counting: str = ""  # how the source counts its throughput
+    assumed: dict = field(default_factory=dict)  # figure name -> value, where no source states it
+    recompute: str = "full"  # "full" | "selective" | "none"
+    chunks: int = 1  # interleaved virtual stages per pipeline rank
+    zero_stage: int = 0  # 0 DDP, 1 optimizer states sharded, 2 + gradients, 3 + parameters
+    reshard_after_forward: bool = True  # FSDP only: parameters freed after the forward
+    figures: dict = field(default_factory=dict)  # name -> {value, status, source, quote[, note]}
 
 
-def _gpt(params_b: str, layers: int, hidden: int, heads: int) -> ModelShape:
-    return ModelShape.gpt(layers, hidden, heads, vocab=51200, seq_len=2048, name=f"GPT {params_b}")
+# the figures that set a Run field of the same name
+RUN_FIELDS = (
+    "gpus",
+    "tp",
+    "pp",
+    "dp",
+    "global_batch",
+    "seq",
+    "cp",
+    "ep",
+    "sharding",
+    "schedule",
+    "precision",
+    "micro_batch",
+    "recompute",
+    "chunks",
+    "zero_stage",
+    "reshard_after_forward",
+)
+
+_OPS = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.FloorDiv: operator.floordiv,
+}
 
 
-# Table 1 of Narayanan et al. 2021: (params, heads, hidden, layers, t, p, GPUs, batch,
-# TFLOP/s per GPU, % of peak, aggregate PFLOP/s)
-MEGATRON_TABLE1 = [
-    ("1.7B", 24, 2304, 24, 1, 1, 32, 512, 137, 44, 4.4),
-    ("3.6B", 32, 3072, 30, 2, 1, 64, 512, 138, 44, 8.8),
-    ("7.5B", 32, 4096, 36, 4, 1, 128, 512, 142, 46, 18.2),
-    ("18.4B", 48, 6144, 40, 8, 1, 256, 1024, 135, 43, 34.6),
-    ("39.1B", 64, 8192, 48, 8, 2, 512, 1536, 138, 44, 70.8),
-    ("76.1B", 80, 10240, 60, 8, 4, 1024, 1792, 140, 45, 143.8),
-    ("145.6B", 96, 12288, 80, 8, 8, 1536, 2304, 148, 47, 227.1),
-    ("310.1B", 128, 16384, 96, 8, 16, 1920, 2160, 155, 50, 297.4),
-    ("529.6B", 128, 20480, 105, 8, 35, 2520, 2520, 163, 52, 410.2),
-    ("1008.0B", 160, 25600, 128, 8, 64, 3072, 3072, 163, 52, 502.0),
-]
+def _evaluate(node):
+    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)):
+        return node.value
+    if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
+        return _OPS[type(node.op)](_evaluate(node.left), _evaluate(node.right))
+    raise ValueError(f"not plain arithmetic: {ast.dump(node)}")
 
 
-def _megatron() -> list[Run]:
-    runs = []
-    for name, heads, h, layers, t, p, n, batch, tflops, pct, agg in MEGATRON_TABLE1:
-        runs.append(
-            Run(
-                f"MEG-{name}",
-                "Megatron-LM Table 1",
-                "MEG",
-                _gpt(name, layers, h, heads),
-                "selene",
-                n,
-                t,
-                p,
-                n // (t * p),  # Table 1 gives n, t and p; d = n / (t·p) (§2.3)
-                batch,
-                2048,
-                sharding="none (DDP)",
-                schedule="1F1B / interleaved 1F1B (§2.2)" if p > 1 else "-",
-                precision="16-bit mixed (§5)",
-                reported={"TFLOP/s per GPU": tflops, "% of peak": pct, "aggregate PFLOP/s": agg},
-                counting="hardware FLOPs, eq. (3), recomputation included",
-                assumed={"micro-batch": 1, "recompute": True},
-            )
+def arithmetic(quote: str) -> tuple[float, float]:
+    """(computed, stated) of a derived figure's ``what: EXPR = VALUE``: EXPR evaluated (numbers,
+    + - * / // and parentheses only) and the VALUE it claims."""
+    expr, stated = quote.rsplit(": ", 1)[-1].rsplit(" = ", 1)
+    return float(_evaluate(ast.parse(expr, mode="eval").body)), float(stated)
+
+
+def _check(name: str, fig: dict, where: str) -> dict:
+    """A figure as the file must give it: a known status, a source, and a quote."""
+    if fig.get("status") not in STATUSES or "value" not in fig:
+        raise ValueError(f"{where}: figure {name!r} needs a value and a status in {STATUSES}")
+    if not str(fig.get("source", "")).strip() or not str(fig.get("quote", "")).strip():
+        raise ValueError(f"{where}: figure {name!r} ({fig['status']}) needs a source and a quote")
+    return fig
+
+
+@lru_cache(maxsize=1)
+def load() -> dict:
+    """The data file, parsed with ``yaml.safe_load`` (sources and runs)."""
+    return yaml.safe_load(DATA_FILE.read_text(encoding="utf-8"))
+
+
+def _model(spec: dict) -> ModelShape | MoEShape:
+    """The architecture from its published numbers: GPT-style, Llama-style, or DeepSeek-V3's MoE."""
+    v = {name: fig["value"] for name, fig in spec["figures"].items()}
+    name, shape = spec["name"], spec["shape"]
+    if shape == "gpt":
+        return ModelShape.gpt(
+            v["layers"], v["hidden"], v["heads"], vocab=v["vocab"], seq_len=v["seq_len"], name=name
         )
-    return runs
+    if shape == "llama":
+        return ModelShape.llama(
+            v["layers"],
+            v["hidden"],
+            v["heads"],
+            v.get("kv_heads"),
+            v["vocab"],
+            v["ffn"],
+            seq_len=v["seq_len"],
+            name=name,
+        )
+    if shape == "moe":
+        known = {f.name for f in fields(MoEShape)} - {"name"}
+        return MoEShape(**{k: v[k] for k in known}, name=name)
+    raise ValueError(f"unknown shape {shape!r}")
 
 
-LLAMA3_405B = ModelShape.llama(126, 16384, 128, 8, 128000, 53248, seq_len=8192, name="Llama 3 405B")
-
-LLAMA3 = [
-    Run(
-        f"L3-{name}",
-        "Llama 3 405B",
-        "L3",
-        LLAMA3_405B,
-        "meta-h100",
-        gpus,
-        8,
-        16,
-        dp,
-        dp * per_dp,
-        seq,
-        cp=cp,
-        sharding="FSDP (§3.3.2)",
-        schedule="interleaved 1F1B, tuned (§3.3.2)",
-        reported={"TFLOP/s per GPU": tflops, "BF16 MFU %": mfu, "tokens per batch": "16M"},
-        counting="BF16 MFU against the H100's dense bf16 peak",
-        assumed={"micro-batch": 1},
+def _run(entry: dict) -> Run:
+    key = entry["key"]
+    figures = {n: _check(n, f, key) for n, f in entry["figures"].items()}
+    reported = {n: _check(n, f, key) for n, f in entry["reported"].items()}
+    model_figs = {f"model.{n}": _check(n, f, key) for n, f in entry["model"]["figures"].items()}
+    every = figures | reported | model_figs
+    layout = {n: f["value"] for n, f in figures.items() if n in RUN_FIELDS}
+    layout.setdefault("tp", None)
+    layout.setdefault("pp", None)
+    layout.setdefault("dp", None)
+    layout.setdefault("global_batch", None)
+    return Run(
+        key=key,
+        training=entry["training"],
+        source=entry["source"],
+        model=_model(entry["model"]),
+        cluster=entry["cluster"],
+        reported={n: f["value"] for n, f in reported.items()},
+        counting=entry["counting"],
+        assumed={n: f["value"] for n, f in every.items() if f["status"] == "assumed"},
+        figures=every,
+        **layout,
     )
-    for name, gpus, cp, dp, seq, per_dp, tflops, mfu in (
-        ("8K GPUs", 8192, 1, 64, 8192, 32, 430, 43),
-        ("16K GPUs", 16384, 1, 128, 8192, 16, 400, 41),
-        ("16K GPUs, 128K context", 16384, 16, 8, 131072, 16, 380, 38),
+
+
+SOURCES: dict[str, str] = dict(load()["sources"])
+RUNS: list[Run] = [_run(entry) for entry in load()["runs"]]
+
+# Megatron-LM's Table 1 as printed: (params, heads, hidden, layers, t, p, GPUs, batch, TFLOP/s per
+# GPU, % of peak, aggregate PFLOP/s), and what the authors' script sets for each row
+MEGATRON_TABLE1 = [
+    (
+        r.key.removeprefix("MEG-"),
+        r.model.heads,
+        r.model.hidden,
+        r.model.layers,
+        r.tp,
+        r.pp,
+        r.gpus,
+        r.global_batch,
+        r.reported["TFLOP/s per GPU"],
+        r.reported["% of peak"],
+        r.reported["aggregate PFLOP/s"],
     )
+    for r in RUNS
+    if r.source == "MEG"
 ]
-
-DEEPSEEK_V3 = Run(
-    "DSV3",
-    "DeepSeek-V3",
-    "DSV3",
-    MoEShape(),
-    "deepseek-h800",
-    2048,
-    1,
-    16,
-    128,  # 2,048 / 16 stages; the attention part is data parallel over them (ZeRO-1)
-    15360,
-    4096,
-    ep=64,
-    sharding="ZeRO-1",
-    schedule="DualPipe (§3.2.1)",
-    precision="FP8 mixed (§3.3)",
-    reported={
-        "H800 GPU hours per 1e12 tokens": 180e3,
-        "total params B": 671,
-        "active params B": 37,
-    },
-    counting="GPU hours per trillion tokens; MFU not published",
-    assumed={"routed to nodes": 4},
-)
-
-BLOOM = Run(
-    "BLOOM",
-    "BLOOM-176B",
-    "BLOOM",
-    ModelShape.gpt(70, 14336, 112, vocab=250680, seq_len=2048, name="BLOOM-176B"),
-    "jean-zay",
-    384,
-    4,
-    12,
-    8,
-    2048,
-    2048,
-    sharding="ZeRO-1",
-    schedule="1F1B (Megatron-DeepSpeed)",
-    reported={"TFLOP/s per GPU": 156, "memory GB per GPU": 60},
-    counting="TFLOP/s as Megatron-DeepSpeed logs them (recomputation included, assumed)",
-    assumed={"micro-batch": 1, "recompute": True, "positions": "ALiBi: no parameters"},
-)
-
-OPT = Run(
-    "OPT",
-    "OPT-175B",
-    "OPT",
-    ModelShape.gpt(96, 12288, 96, vocab=50272, seq_len=2048, name="OPT-175B"),
-    "azure-a100",
-    992,
-    None,
-    1,
-    None,
-    None,
-    2048,
-    sharding="FSDP (full sharding)",
-    schedule="-",
-    precision="fp16 weights, fp32 Adam states (§2.4)",
-    reported={"TFLOP/s per GPU": 147},
-    counting="'up to' 147 TFLOP/s per GPU; how FLOPs are counted is not stated",
-    assumed={"tp": 8, "dp": 124, "global batch": 992, "micro-batch": 8, "recompute": True},
-)
-
-ALPACA = Run(
-    "ALPACA",
-    "Alpaca 7B fine-tune",
-    "ALPACA",
-    ModelShape.llama(32, 4096, 32, 32, 32000, 11008, seq_len=512, name="LLaMA-7B"),
-    "a100-node",
-    4,
-    1,
-    1,
-    4,
-    128,
-    512,
-    sharding="FSDP full_shard",
-    schedule="-",
-    micro_batch=4,
-    reported={},
-    counting="no throughput published",
-)
-
-RUNS: list[Run] = [*_megatron(), *LLAMA3, DEEPSEEK_V3, BLOOM, OPT, ALPACA]
+MEGATRON_SCRIPT = {e["key"]: e["script"] for e in load()["runs"] if "script" in e}
 
 
 def by_key(key: str) -> Run:
     return next(r for r in RUNS if r.key == key)
 
 
-def degree(run: Run, name: str):
-    """A degree as published, or the chapter's assumption marked with a ``*``."""
-    value = getattr(run, name)
-    if value is None:
-        return f"{run.assumed[name]}*" if name in run.assumed else "?"
-    return value
+LLAMA3 = [r for r in RUNS if r.source == "L3"]
+LLAMA3_405B = LLAMA3[0].model
+DEEPSEEK_V3 = by_key("DSV3")
+BLOOM = by_key("BLOOM")
+OPT = by_key("OPT")
+ALPACA = by_key("ALPACA")
 
 
-def layout_row(run: Run) -> dict:
-    """One row of the sortable table: the layout as published (``*``: assumed, not published)."""
-    model = run.model
-    params = model.params / 1e9
-    figure = "; ".join(f"{k} {v}" for k, v in run.reported.items()) or "-"
-    return {
-        "training": run.training,
-        "run": run.key,
-        "params B": round(params, 1),
-        "GPUs": run.gpus,
-        "GPU": GPU_KIND[run.cluster],
-        "TP": degree(run, "tp"),
-        "CP": run.cp,
-        "PP": degree(run, "pp"),
-        "DP": degree(run, "dp"),
-        "EP": run.ep,
-        "sharding": run.sharding,
-        "batch (seq)": run.global_batch or f"{run.assumed.get('global batch')}*",
-        "seq": run.seq,
-        "micro-batch": run.micro_batch or f"{run.assumed.get('micro-batch', '?')}*",
-        "schedule": run.schedule,
-        "precision": run.precision,
-        "published": figure,
-        "source": SOURCES[run.source],
-    }
+def figure(run: Run, name: str) -> dict:
+    """The figure ``name`` of ``run``: its value, status, source and quote."""
+    return run.figures[name]
