@@ -72,17 +72,11 @@ def _stored_table(key: str) -> list[dict]:
 
 
 def test_the_planner_statements_match_the_stored_ranking():
-    text = " ".join(PAGE.split())
     rows = {r["run"]: r for r in _stored_table("ch12_planner")}
-    one_t = rows["MEG-1008.0B"]
-    assert one_t["published rank"] == "21" and f"{one_t['gain %']} % faster" in text
-    assert rows["OPT"]["published rank"] == "11" and f"{rows['OPT']['gain %']} % faster" in text
-    weak = [float(rows[f"MEG-{k}"]["gain %"]) for k in ("3.6B", "7.5B", "18.4B", "39.1B")]
-    assert round(min(weak)) == 4 and round(max(weak)) == 14 and "4-14 % faster" in text
-    ties = [float(rows[f"MEG-{k}"]["gain %"]) for k in ("76.1B", "145.6B", "310.1B", "529.6B")]
-    assert min(ties) == 1.6 and max(ties) == 4.6
-    first = one_t["planner's first"]
-    assert "T=2" in first and "S=4 (all_to_all)" in first and "T = 2 with Ulysses S = 4" in text
+    assert rows["MEG-1.7B"]["published rank"] == rows["ALPACA"]["published rank"] == "1"
+    assert rows["L3-16K GPUs"]["its sharding, mb, recompute"].startswith("FSDP")
+    first = rows["MEG-1008.0B"]["planner's first"]
+    assert "T=2" in first and "(all_to_all)" in first and "T = 2 with Ulysses" in PAGE
 
 
 def test_the_patterns_quoted_on_the_page():
@@ -91,10 +85,16 @@ def test_the_patterns_quoted_on_the_page():
     text = " ".join(PAGE.split())
     rows = {r["rule"].split(" (")[0]: r for r in pattern_rows()}
     tp = rows["TP stays inside a node"]
-    assert tp["holds in"] == tp["runs it applies to"] == 14 and "in all 14 layouts" in text
+    assert tp["holds in"] == tp["runs it applies to"] and "in every layout that uses it" in text
     fill = rows["TP fills the node before PP starts"]
-    assert (fill["holds in"], fill["runs it applies to"]) == (9, 11) and "in 9 of 11" in text
-    assert fill["exceptions"] == "DSV3, BLOOM"
+    assert fill["exceptions"] == "DSV3, BLOOM" and "except in BLOOM" in text
     dp = rows["DP"]
-    assert (dp["holds in"], dp["runs it applies to"]) == (12, 17) and "in 12 of 17" in text
+    assert dp["holds in"] > dp["runs it applies to"] / 2 and "in most layouts" in text
     assert rows["EP appears exactly for MoE models"]["exceptions"] == "none"
+
+
+def test_every_glued_number_is_in_the_notebook():
+    import re
+
+    used = set(re.findall(r"12_in_practice\.ipynb::([a-z0-9_-]+):", PAGE))
+    assert len(used) >= 20 and used <= _glued(), used - _glued()

@@ -218,18 +218,6 @@ def node_egress_numbers(run: dict) -> dict[str, float]:
     }
 
 
-def glue_numbers(numbers: dict[str, float]) -> None:
-    """Glue each number under its key for the chapter page's ``{glue:text}`` (myst-nb), shown
-    nowhere in the notebook; nothing where myst-nb is missing (a GPU box with only the notebook
-    tools)."""
-    try:
-        from myst_nb import glue
-    except ImportError:
-        return
-    for key, value in numbers.items():
-        glue(key, value, display=False)
-
-
 def hostfile_rows(run: dict) -> list[dict]:
     """Chapter 5's three hostfile runs: what was different, how each ended, and the evidence."""
     rows = []

@@ -14,11 +14,12 @@ from __future__ import annotations
 from dataclasses import replace
 from functools import lru_cache
 
-from helpers.chapters.ch12_predict import fitted_eta, timed_shape, value
+from helpers.chapters.ch12_predict import fitted_eta, layout_of, timed_shape, value
 from helpers.chapters.ch12_published import LLAMA3_405B, RUNS, Run, by_key
 from helpers.cost.hardware import preset
 from helpers.cost.planner import plan
 from helpers.cost.practice import shares, step_mfu
+from helpers.cost.step_time import plan_layout
 
 # runs the planner can pose: dense, no context parallelism (its sequence axis is Ulysses)
 PLANNED = [r.key for r in RUNS if r.cp == 1 and r.ep == 1 and r.source != "DSV3"]
@@ -49,7 +50,7 @@ def rank_run(key: str) -> dict:
     """Where the published degrees rank among the planner's, and the planner's first choice."""
     run = by_key(key)
     shape, hw = timed_shape(run), preset(run.cluster, fitted_eta())
-    batch = run.global_batch or run.assumed["global batch"]
+    batch = run.global_batch
     fits, count = plan(shape, run.gpus, batch, hw, **_limits(run))
     ranked = best_by_degrees(fits)
     mine = (value(run, "dp"), value(run, "tp"), value(run, "pp"), 1, None)
@@ -65,7 +66,7 @@ def rank_run(key: str) -> dict:
         "published rank": "does not fit" if at is None else at + 1,
         "published step s": round(own.step_s, 2) if own else "-",
         "planner's first": str(first.layout) if first else "-",
-        "its ZeRO, mb, recompute": (
+        "its sharding, mb, recompute": (
             f"{first.layout.sharding}, {first.layout.microbatch}, {first.recompute}"
         )
         if first
@@ -92,11 +93,11 @@ def simulate(G: int, fixed: bool) -> dict | None:
     nothing fits (or G < 128 for the fixed layout)."""
     run = by_key("L3-16K GPUs")
     shape, hw = timed_shape(run), preset(run.cluster, fitted_eta())
-    if fixed:
+    if fixed:  # what Llama 3 ran, whatever Chapter 7's eager census says of its memory
         if G < 128 or SCALE_BATCH % (G // 128):
             return None
-        fits, _ = plan(shape, G, SCALE_BATCH, hw, max_tp=8, max_pp=16, zero_stages=(1,))
-        fits = [p for p in fits if (p.layout.tp, p.layout.pp, p.layout.sp) == (8, 16, 1)]
+        layout = replace(layout_of(run), dp=G // 128)
+        fits = [plan_layout(shape, layout, SCALE_BATCH, hw, run.recompute, check=False)]
     else:
         fits, _ = plan(shape, G, SCALE_BATCH, hw)
     if not fits:
@@ -137,3 +138,23 @@ def days(step_s: float, tokens: float = 15.6e12) -> float:
     """Days to train on ``tokens`` (Llama 3's 15.6T, §3.1) at one step of 2,048 × 8,192 tokens per
     ``step_s`` seconds, without failures or checkpoints."""
     return tokens / (SCALE_BATCH * LLAMA3_405B.seq_len) * step_s / 86400
+
+
+def page_numbers(ranks: list[dict], best: list[dict], fixed: list[dict]) -> dict:
+    """The planner and scale numbers Chapter 12's page quotes (``ch12-*`` keys)."""
+    by = {r["run"]: r for r in ranks}
+    runs = [r for r in fixed if "MFU %" in r]
+    quarter = next(r for r in runs if r["bubble %"] > 25)
+    return {
+        "ch12-fits-from": next(r["GPUs"] for r in best if "step s" in r),
+        "ch12-fixed-mfu-first": runs[0]["MFU %"],
+        "ch12-fixed-gpus-first": runs[0]["GPUs"],
+        "ch12-fixed-mfu-last": runs[-1]["MFU %"],
+        "ch12-fixed-bubble-last": runs[-1]["bubble %"],
+        "ch12-quarter-gpus": quarter["GPUs"],
+        "ch12-quarter-m": quarter["m"],
+        "ch12-gain-l3": by["L3-16K GPUs"]["gain %"],
+        "ch12-gain-opt": by["OPT"]["gain %"],
+        "ch12-gain-1t": by["MEG-1008.0B"]["gain %"],
+        "ch12-rank-opt": by["OPT"]["published rank"],
+    }

@@ -104,3 +104,40 @@ def sources_rows() -> list[dict]:
         }
         rows.append({"source": key, "cite": cite, "runs": ", ".join(r.key for r in runs), **count})
     return rows
+
+
+HEADLINES = (
+    "TFLOP/s per GPU",
+    "BF16 MFU %",
+    "H800 GPU hours per 1e12 tokens",
+    "hours",
+    "memory GB per GPU",
+)
+
+
+def headline_rows() -> list[dict]:
+    """Each run's reported throughput (and memory) with the sentence that states it."""
+    rows = []
+    for run in RUNS:
+        for name in (n for n in HEADLINES if n in run.figures):
+            fig = run.figures[name]
+            rows.append(
+                {
+                    "run": run.key,
+                    "figure": name,
+                    "value": fig["value"],
+                    "source": fig["source"],
+                    "quote": " ".join(str(fig["quote"]).split()),
+                }
+            )
+    return rows
+
+
+def assumed_rows() -> list[dict]:
+    """Every figure no source states, with what the chapter takes and why."""
+    return [
+        {"run": r["run"], "figure": r["figure"], "taken": r["value"], "why": r["quote"]}
+        for run in RUNS
+        for r in ({"run": run.key, **row} for row in figure_rows(run))
+        if r["status"] == "assumed"
+    ]

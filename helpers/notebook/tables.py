@@ -52,3 +52,15 @@ def show_table(rows: list[dict], columns: list[str] | None = None, key: str | No
             display(table)
         else:
             glue(key, table, display=True)
+
+
+def glue_numbers(numbers: dict) -> None:
+    """Glue each number under its key for a chapter page's ``{glue:text}`` (myst-nb), shown
+    nowhere in the notebook; nothing where myst-nb is missing (a GPU box with only the notebook
+    tools)."""
+    try:
+        from myst_nb import glue
+    except ImportError:
+        return
+    for key, value in numbers.items():
+        glue(key, value, display=False)
