@@ -1,11 +1,13 @@
 """ipywidgets calculators for the notebooks.
 
 Chapter 3: :func:`planner_calculator` puts :func:`helpers.cost.planner.plan` behind a few controls
-(model, GPUs, GPUs per node, memory per GPU, global batch, assumed MFU). It is built with
-``widgets.interactive`` and shown with ``display``, not with ``@interact``, which occasionally
-blocks notebook execution for the whole timeout. The same text
-the widget shows comes from :func:`planner_summary`, which a notebook prints once as a static
-result, so the rendered book shows the answer even where widgets are not live.
+(model, GPUs, GPUs per node, memory per GPU, global batch, assumed MFU); its table names how each
+layout holds the model states (the ``sharding`` column of :meth:`helpers.cost.step_time.Plan.row`:
+DDP, ZeRO-1, ZeRO-2, FSDP, FSDP kept after forward, HSDP) and which recomputation it uses. It is
+built with ``widgets.interactive`` and shown with ``display``, not with ``@interact``, which
+occasionally blocks notebook execution for the whole timeout. The same text the widget shows comes
+from :func:`planner_summary`, which a notebook prints once as a static result, so the rendered book
+shows the answer even where widgets are not live.
 """
 
 from __future__ import annotations
