@@ -115,3 +115,20 @@ def accumulation_rows(record: dict | None = None) -> list[dict]:
         }
         for x in accumulation_points(record)
     ]
+
+
+def accumulation_numbers(points: list[dict] | None = None) -> dict:
+    """The numbers Chapter 7's page quotes about the one-GPU accumulation runs (``ch07-acc-*``
+    keys): the held gradients the model counts, the measured rise from m = 1 to 2 and from 2 to 4
+    (the largest over both plugins), and the worst peak error."""
+    pts = [p for p in (points or accumulation_points()) if p["measured"] is not None]
+    two = [p for p in pts if p["m"] == 2]
+    four = [p for p in pts if p["m"] == 4]
+    return {
+        "ch07-acc-held-gib": round(two[0]["held"], 2),
+        "ch07-acc-rise-lo-gib": round(min(p["over_previous"] for p in two), 2),
+        "ch07-acc-rise-hi-gib": round(max(p["over_previous"] for p in two), 2),
+        "ch07-acc-rise-4-mib": round(1024 * max(abs(p["over_previous"]) for p in four), 1),
+        "ch07-acc-worst-pct": round(max(abs(p["error_pct"]) for p in pts), 1),
+        "ch07-acc-runs": len(pts),
+    }
