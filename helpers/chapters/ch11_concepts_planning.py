@@ -45,10 +45,12 @@ QUESTIONS = [
         "advanced",
         "Where does the guide's recommend, scoring layouts by (T−1) + (P−1)/2, mislead?",
         "It ranks first a layout that by its own 16 B/param estimate does not fit (and knows no "
-        "ZeRO, which would make it fit); data parallelism costs nothing in the score although the "
-        "gradient all-reduce crosses nodes every step; a pipeline counts as half a tensor degree "
+        "ZeRO, which would make it fit): it is blind to memory. Its zero cost for data "
+        "parallelism is nearly right, as a ring leaves each node once through all its cards and "
+        "the all-reduce hides in the last backward; a pipeline counts as half a tensor degree "
         "although its cost is the bubble, which depends on the micro-batches; and topology is "
-        "missing: T = 8 inside a node and across nodes score the same.",
+        "missing: T = 8 inside a node and T = 8 spread one GPU per node score the same, though "
+        "the second puts the network's latency on every layer's critical path.",
         "The guide's planner and where its score misleads",
     ),
     Q(

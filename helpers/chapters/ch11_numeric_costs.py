@@ -11,6 +11,7 @@ from __future__ import annotations
 from functools import partial
 
 from helpers.cost.comm import NOMINAL_LINKS, collective_time, comm_share, zero_step_volume
+from helpers.cost.step_time import Hardware
 from helpers.cost.activations import layer_activations
 from helpers.cost.memory import model_states, seed_estimate_memory
 from helpers.cost.mfu import flops_per_token, mfu
@@ -49,12 +50,29 @@ QUESTIONS = [
         "c3-allreduce-ib",
         "03_strategy",
         "intermediate",
-        "The same all-reduce over InfiniBand NDR (50 GB/s per direction, 10 µs): ms?",
-        "10 µs + 1.75 GB / 50 GB/s = {value}: nine times NVLink, why tensor parallelism stays in "
-        "a node.",
+        "The same all-reduce with the 8 GPUs on 8 nodes, one each, every node with one InfiniBand "
+        "NDR card per GPU (50 GB/s per direction, 10 µs): ms?",
+        "Each group has one member per node, so it gets one card: 10 µs + 1.75 GB / 50 GB/s = "
+        "{value}, nine times NVLink. Put the 8 members 8 to a node instead and the ring leaves "
+        "each node once, through its 8 cards.",
         "Step 2: the hardware — what a collective costs on each link",
         lambda: collective_time("all_reduce", 1 * GB, 8, NOMINAL_LINKS["ib_ndr"]) * 1e3,
         35.01,
+        "ms",
+    ),
+    N(
+        "c3-allreduce-nodes",
+        "03_strategy",
+        "advanced",
+        "An all-reduce of 1 GB over 32 GPUs on 4 nodes of 8, each node with eight 50 GB/s "
+        "InfiniBand cards (10 µs): ms?",
+        "A ring leaves each node once, and NCCL spreads its channels over the node's cards: the "
+        "2(N−1)/N·S = 1.94 GB one rank sends leave each node through 8 cards, 10 µs + 1.94 GB / "
+        "400 GB/s = {value}. Charging each rank one card would say eight times that.",
+        "Leaving the node",
+        lambda: collective_time("all_reduce", 1 * GB, 32, Hardware().link("all_reduce", 32, 8))
+        * 1e3,
+        4.854,
         "ms",
     ),
     N(

@@ -64,8 +64,8 @@ QUESTIONS = [
         "intermediate",
         "At 16K GPUs Llama 3 runs 16 sequences per data-parallel replica through 16 pipeline "
         "stages. With one sequence per micro-batch, what share of a plain 1F1B step is bubble?",
-        "m = 16, P = 16: (P−1)/(m+P−1) = 15/31 = {value}. Almost half: why Llama 3 tuned an "
-        "interleaved schedule, and why the book's plain-1F1B model under-predicts its MFU.",
+        "m = 16, P = 16: (P−1)/(m+P−1) = 15/31 = {value}. Almost half: why Llama 3 runs an "
+        "interleaved schedule with V stages per rank, which divides the idle slots by V.",
         "Where the model is far off, and why",
         lambda: bubble_fraction(16, 16),
         0.4839,
