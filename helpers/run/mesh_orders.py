@@ -25,7 +25,6 @@ pp outside dp, tp stays the fastest axis.
 from __future__ import annotations
 
 import statistics
-import subprocess
 
 from helpers.cost.comm import (
     Link,
@@ -194,23 +193,15 @@ def summarise(results: list[dict], rate: str) -> dict:
 
 
 def measure(rate: str = RATE, args: list[str] = (), timeout_s: float = 150.0) -> dict:
-    """Two shaped hosts, the demo once across them, and :func:`summarise`'s dict; with the
-    hosts' banner, the ``tc`` line of host 0 and the seconds the job took. Needs namespaces."""
-    from helpers.run.hosts import Hosts
-    from helpers.run.multinode import launch_nodes
+    """Two shaped hosts, the demo once across them (:func:`helpers.run.multinode.shaped_run`), and
+    :func:`summarise`'s dict; with the hosts' banner, the ``tc`` line of host 0 and the seconds the
+    job took. Needs namespaces."""
+    from helpers.run.multinode import shaped_run
 
-    with Hosts(2) as hosts:
-        for k in range(hosts.n):
-            hosts.shape(k, rate)
-        tc = subprocess.run(["tc", "-n", hosts.hosts[0].netns, "qdisc", "show", "dev", "eth0"],
-                            capture_output=True, text=True).stdout.strip()  # fmt: skip
-        job = launch_nodes(
-            "ch05_mesh_order",
-            hosts,
-            2,
-            list(args),
-            timeout_s=timeout_s,
-            env={"OMP_NUM_THREADS": "1"},
-        )
-        banner = hosts.banner()
-    return {**summarise(job.results, rate), "banner": banner, "tc": tc, "seconds": job.seconds}
+    run = shaped_run("ch05_mesh_order", rate, args, timeout_s)
+    return {
+        **summarise(run["results"], rate),
+        "banner": run["banner"],
+        "tc": run["tc"],
+        "seconds": run["seconds"],
+    }

@@ -217,6 +217,24 @@ def launch_nodes(
     return NodesResult(demo, names, nproc_per_node, seconds, results, outputs)
 
 
+def shaped_run(
+    demo: str, rate: str, args=(), timeout_s: float = 150.0, nproc_per_node: int = 2
+) -> dict:
+    """Two hosts whose link is shaped to ``rate`` (``Hosts.shape``: a ``tc`` token bucket both
+    ways), ``demo`` run once across them with ``nproc_per_node`` ranks each and one OpenMP thread
+    per rank: the job's ``results``, the hosts' ``banner``, host 0's ``tc`` line and the
+    ``seconds`` it took. Needs network namespaces (root)."""
+    with Hosts(2) as hosts:
+        for k in range(hosts.n):
+            hosts.shape(k, rate)
+        tc = subprocess.run(["tc", "-n", hosts.hosts[0].netns, "qdisc", "show", "dev", "eth0"],
+                            capture_output=True, text=True).stdout.strip()  # fmt: skip
+        job = launch_nodes(demo, hosts, nproc_per_node, list(args), timeout_s=timeout_s,
+                           env={"OMP_NUM_THREADS": "1"})  # fmt: skip
+        banner = hosts.banner()
+    return {"results": job.results, "banner": banner, "tc": tc, "seconds": job.seconds}
+
+
 def _kill_group(p: subprocess.Popen) -> None:
     try:
         os.killpg(p.pid, 9)

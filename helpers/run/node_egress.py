@@ -24,7 +24,6 @@ N = 4 rows are predictions the fit never saw.
 from __future__ import annotations
 
 import statistics
-import subprocess
 
 from helpers.cost.comm import Link, collective_time, fit_link
 from helpers.cost.placement import spanning_link
@@ -117,22 +116,15 @@ def tc_rate(rate: str) -> float:
 
 
 def measure(rate: str = RATE, args: list[str] = (), timeout_s: float = 150.0) -> dict:
-    """Two shaped hosts, the demo once across them, and :func:`summarise`'s dict; with the
-    hosts' banner, the ``tc`` line of host 0 and the seconds the job took. Needs namespaces."""
-    from helpers.run.hosts import Hosts
-    from helpers.run.multinode import launch_nodes
+    """Two shaped hosts, the demo once across them (:func:`helpers.run.multinode.shaped_run`), and
+    :func:`summarise`'s dict; with the hosts' banner, the ``tc`` line of host 0 and the seconds the
+    job took. Needs namespaces."""
+    from helpers.run.multinode import shaped_run
 
-    with Hosts(2) as hosts:
-        for k in range(hosts.n):
-            hosts.shape(k, rate)
-        tc = subprocess.run(["tc", "-n", hosts.hosts[0].netns, "qdisc", "show", "dev", "eth0"],
-                            capture_output=True, text=True).stdout.strip()  # fmt: skip
-        job = launch_nodes("ch05_node_egress", hosts, 2, list(args), timeout_s=timeout_s,
-                           env={"OMP_NUM_THREADS": "1"})  # fmt: skip
-        banner = hosts.banner()
+    run = shaped_run("ch05_node_egress", rate, args, timeout_s)
     return {
-        **summarise(job.results, rate),
-        "hosts_banner": banner,
-        "tc": tc,
-        "seconds": job.seconds,
+        **summarise(run["results"], rate),
+        "hosts_banner": run["banner"],
+        "tc": run["tc"],
+        "seconds": run["seconds"],
     }
