@@ -50,7 +50,9 @@ def _glued(notebook: Path) -> set[str]:
 def test_every_glue_key_is_in_the_stored_notebook(page):
     text = (ROOT / page).read_text()
     keys = re.findall(r"```\{glue\} (\S+)\n:doc: \.\./(\S+)\n", text)
-    assert keys and all(doc == PAGES[page] for _, doc in keys)
+    inline = [(k, d) for d, k in re.findall(r"\{glue:text\}`\.\./([^:`]+)::([\w-]+)", text)]
+    assert keys and all(doc == PAGES[page] for _, doc in keys + inline)
+    keys += inline
     missing = {k for k, _ in keys} - _glued(ROOT / PAGES[page])
     assert not missing, f"{page} glues keys its notebook does not store: {missing}"
 

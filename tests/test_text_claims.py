@@ -1,6 +1,6 @@
-"""Statements on the pages of the introduction and Chapters 1, 2 and 9 that were corrected after an
-expert read: each test holds one correction (what the page no longer says, or what it says now
-and where that comes from)."""
+"""Statements on the pages of the introduction and Chapters 1, 2, 8, 9 and 10 that were corrected
+after an expert read: each test holds one correction (what the page no longer says, or what it
+says now and where that comes from)."""
 
 import json
 import math
@@ -89,6 +89,33 @@ def test_sequence_parallel_text_names_the_sdpa_fallback():
     for cite in ("kernel_loader.py:114–119", "attn.py:22", "attn.py:133", "sdpa_cuda.py:47"):
         assert cite in page, cite
     assert f"{math.isqrt(int(1e10 / 2)):,}"[:4] == "70,7" and "about 70,700 tokens" in page
+
+
+def test_tp_across_nodes_counts_the_cards_of_a_node():
+    """Chapters 8 and 10: a ring all-reduce across nodes leaves each node through as many cards as
+    the group has GPUs there; one card per rank is the one-GPU-per-node placement only."""
+    from helpers.chapters.ch08_tp_placement import tp_placements
+    from helpers.chapters.ch10_costs import tp_across_nodes, tp_seq_for
+
+    for stem in ("08_troubleshooting", "10_pitfalls"):  # MyST reads a line opening with % as a
+        lines = (BOOK / f"{stem}.md").read_text().splitlines()  # comment: a glued "14 %" wrapped
+        assert not [ln for ln in lines if ln.lstrip().startswith("%")], stem  # there would vanish
+    eight = flat("08_troubleshooting")
+    assert "across InfiniBand it is about 58 %" not in eight and "58 % across" not in eight
+    assert "755 ms" not in eight and "433 ms" not in eight
+    for phrase in ("once per node per channel", "runs through four cards", "critical path"):
+        assert phrase in eight, phrase
+    assert "A model that charges every rank one network card gives that" in eight
+    ten = flat("10_pitfalls")
+    assert "an order of magnitude slower" not in ten
+    assert "with nominal NVLink 4 and InfiniBand NDR links (" not in ten
+    assert "runs through four cards" in ten and "`helpers.cost.comm.spanning_link`" in ten
+    shown = tp_across_nodes()
+    assert shown.holds and "2 nodes × 4 GPUs (4 cards) 191 ms" in shown.wrong
+    assert "8 nodes × 1 GPU (1 card) 755 ms (58% of the step)" in shown.wrong
+    r = tp_seq_for()
+    [p] = tp_placements(seq=round(r["seq"]), per_node=(4,))
+    assert abs(p["comm_s"] - 0.1) < 1e-4
 
 
 def test_no_process_bookkeeping_in_the_readers_text():

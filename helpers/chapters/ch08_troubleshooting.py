@@ -5,15 +5,14 @@ Used by ``notebooks/06_frameworks.ipynb`` (also :func:`gemini_rows`: Gemini with
 asynchronous gradient reduce) and ``notebooks/08_troubleshooting.ipynb``. A part that
 is not recorded yet yields no rows and :func:`missing` says which command records it; nothing here
 invents a number. :func:`loss_verdict` marks a run whose loss is not finite or departs from the
-single-GPU reference: its speed does not count.
+single-GPU reference: its speed does not count. Tensor-parallel placement is
+:mod:`helpers.chapters.ch08_tp_placement`.
 """
 
 from __future__ import annotations
 
 import math
 
-from helpers.cost.comm import NOMINAL_LINKS, ops_time, tp_layer_ops
-from helpers.cost.mfu import H200_BF16_PEAK as PEAK_FLOPS
 from helpers.record.runner import loss_verdict, mean_losses
 
 RECORD_COMMAND = "python -m helpers.record ch08 --record --only {part}"
@@ -217,40 +216,6 @@ def oom_rows() -> list[dict]:
                 "cap GiB": cap if capped else "—",
                 "outcome": "out of memory" if p["oom"] else "fits" if capped else "runs",
                 "tokens/s": "—" if p["oom"] else f"{p['tokens_per_s']:,}",
-            }
-        )
-    return out
-
-
-# -- Chapter 8: keep tensor parallelism inside a node ------------------------------------------
-def tp_placement_rows(
-    params: float = 70e9,
-    layers: int = 80,
-    hidden: int = 8192,
-    micro_batch: int = 1,
-    seq: int = 4096,
-    tp: int = 8,
-    mfu: float = 0.4,
-) -> list[dict]:
-    """Per-step TP communication time vs compute time on one GPU, with the TP group on NVLink or
-    spanning InfiniBand (nominal links of :mod:`helpers.cost.comm`, no overlap assumed).
-
-    Compute: 6·Ψ/t FLOPs per token (each TP rank holds 1/t of the matrices) at ``mfu`` of the bf16
-    peak; communication: Megatron's 4 all-reduces of b·s·h per layer (Shoeybi et al. 2019).
-    """
-    tokens = micro_batch * seq
-    compute = 6 * params / tp * tokens / (mfu * PEAK_FLOPS)
-    ops = tp_layer_ops(micro_batch, seq, hidden) * layers
-    out = []
-    for key in ("nvlink4", "ib_ndr"):
-        link = NOMINAL_LINKS[key]
-        comm = ops_time(ops, tp, link)
-        out.append(
-            {
-                "TP group on": link.name.split(" (")[0],
-                "TP comm ms": round(comm * 1e3, 1),
-                "compute ms": round(compute * 1e3, 1),
-                "comm share": f"{comm / (comm + compute):.0%}",
             }
         )
     return out

@@ -8,11 +8,12 @@ GPU result (``helpers.record.results``) and returns a :class:`~helpers.chapters.
 from __future__ import annotations
 
 from helpers.chapters.ch10_shown import Shown
-from helpers.cost.comm import NOMINAL_LINKS, ops_time, tp_layer_ops
+from helpers.chapters.ch08_tp_placement import placement_name, tp_placements
 from helpers.config.shape import ModelShape
 from helpers.cost import memory_plan
 from helpers.cost.memory import GB, seed_estimate_memory
 from helpers.cost.mfu import flops_per_token, mfu
+from helpers.notebook.tables import glue_numbers
 from helpers.parallel.layouts import Layout, data_degree
 from helpers.parallel.pp import bubble_fraction
 from helpers.record import results
@@ -83,17 +84,63 @@ def seed_memory(G: int = 64, tp: int = 4, pp: int = 2) -> Shown:
 def tp_across_nodes(
     b: int = 1, s: int = 4096, h: int = 8192, tp: int = 8, layers: int = 80
 ) -> Shown:
-    """Megatron TP's 4 all-reduces per layer over NVLink vs over InfiniBand (nominal links, α-β
-    model)."""
-    ops = tp_layer_ops(b, s, h)
-    nv, ib = (ops_time(ops, tp, NOMINAL_LINKS[k]) * layers for k in ("nvlink4", "ib_ndr"))
+    """Megatron TP's 4 all-reduces per layer (Shoeybi et al. 2019, §3) of a 70B-sized model,
+    inside a node over NVLink and spread over nodes (α-β model, nominal links; the placements of
+    :func:`helpers.chapters.ch08_tp_placement.tp_placements`).
+
+    Across nodes a ring leaves each node once per channel and NCCL spreads its channels over the
+    node's network cards (nccl-tests ``doc/PERFORMANCE.md``; one card per GPU on HGX/DGX
+    H100/H200): a group of 8 as 2 nodes × 4 GPUs runs through 4 cards, as 8 nodes × 1 GPU through
+    one (:func:`helpers.cost.comm.spanning_link`). ``holds``: every placement across nodes is
+    slower per all-reduce than NVLink, with a larger share of the step, and one GPU per node is
+    the worst.
+    """
+    inside, *across = tp_placements(layers=layers, hidden=h, micro_batch=b, seq=s, tp=tp)
+    spread = across[-1]  # one GPU per node
+
+    def per_op(p: dict) -> float:
+        return p["comm_s"] / p["collectives"]
+
+    def ms(p: dict) -> str:
+        return f"{p['comm_s'] * 1e3:.0f} ms ({p['share']:.0%} of the step)"
+
     return Shown(
-        wrong=f"T={tp} on a 70B-sized model (L={layers}, h={h}, s={s}): {ib * 1e3:.0f} ms of "
-        "all-reduce per step per micro-batch over InfiniBand NDR",
-        fixed=f"the same inside one node over NVLink: {nv * 1e3:.0f} ms ({ib / nv:.0f}× less); "
-        "put pipeline or data parallelism across nodes",
-        holds=ib > 5 * nv,
+        wrong=f"T={tp} on a 70B-sized model (L={layers}, h={h}, s={s}), all-reduce time per "
+        f"micro-batch across nodes, InfiniBand NDR: "
+        + "; ".join(f"{placement_name(p)} {ms(p)}" for p in across),
+        fixed=f"inside one node over NVLink: {ms(inside)}, "
+        f"{spread['comm_s'] / inside['comm_s']:.1f}× less than one GPU per node and "
+        f"{across[0]['comm_s'] / inside['comm_s']:.1f}× less than "
+        f"{across[0]['nodes']} nodes × {across[0]['per_node']} GPUs; put pipeline or data "
+        "parallelism across nodes",
+        holds=bool(across)
+        and all(per_op(p) > per_op(inside) and p["share"] > inside["share"] for p in across)
+        and max(across, key=lambda p: p["comm_s"]) is spread
+        and spread["per_node"] == 1,
     )
+
+
+def tp_seq_for(target_s: float = 0.1, per_node: int = 4, tp: int = 8) -> dict:
+    """The sequence length at which TP's all-reduces per micro-batch (:func:`tp_across_nodes`'s
+    model, ``per_node`` GPUs of the group on each node) take ``target_s``: the α of each
+    all-reduce is fixed, the rest linear in s (the all-reduced tensors are b·s·h)."""
+    [p] = tp_placements(seq=4096, tp=tp, per_node=(per_node,))
+    seq = 4096 * (target_s - p["latency_s"]) / p["bandwidth_s"]
+    return {"seq": seq, "latency_share": p["latency_s"] / target_s, "placement": placement_name(p)}
+
+
+def tp_numbers(glue: bool = False) -> dict[str, int]:
+    """The numbers Chapter 10's page quotes about TP across nodes, under their glue keys; with
+    ``glue`` also glued for the page
+    (:func:`helpers.notebook.tables.glue_numbers`)."""
+    r = tp_seq_for()
+    numbers = {
+        "ch10-tp-seq-100ms": int(round(r["seq"], -1)),
+        "ch10-tp-seq-100ms-latency-pct": round(100 * r["latency_share"]),
+    }
+    if glue:
+        glue_numbers(numbers)
+    return numbers
 
 
 def too_few_microbatches(p: int = 4) -> Shown:
