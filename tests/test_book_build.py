@@ -2,7 +2,7 @@
 
 The book is built once per test session into a temporary folder (``--path-output``), from the
 notebooks' stored outputs (``execute_notebooks: "off"``), exactly as ``make book`` does. Then
-headless Chromium (Debian ``chromium``, flags from known-facts.md) loads the built Chapter 1
+headless Chromium (Debian ``chromium``, headless flags below) loads the built Chapter 1
 pages from ``file://`` with background networking off and dumps the DOM after MathJax and the
 widget manager have run, so the checks see what a reader sees:
 
@@ -12,8 +12,9 @@ widget manager have run, so the checks see what a reader sees:
 * no script or stylesheet from a CDN: MathJax, RequireJS and embed-amd.js are served from
   ``_static/`` (sphinx-mathjax-offline and the ``_offline/`` JavaScript of ``make venv``).
 
-Without Chromium these tests fail; ``BOOK_SKIP_BROWSER=1`` skips them on purpose. ``BOOK_CHROMIUM``
-names another Chromium/Chrome binary.
+Without Chromium these tests skip and say how to install it (``make system-packages``), or fail
+with ``BOOK_REQUIRE_BROWSER=1`` (CI); ``BOOK_SKIP_BROWSER=1`` skips them on purpose.
+``BOOK_CHROMIUM`` names another Chromium/Chrome binary.
 """
 
 from __future__ import annotations
@@ -91,17 +92,20 @@ def built_html(tmp_path_factory) -> Path:
 
 
 def _chromium() -> str:
+    if os.environ.get("BOOK_SKIP_BROWSER") == "1":
+        pytest.skip("BOOK_SKIP_BROWSER=1: rendered-page check in Chromium SKIPPED")
     candidates = [os.environ.get("BOOK_CHROMIUM"), "/usr/bin/chromium"]
     candidates += [shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome")]
     for c in candidates:
         if c and Path(c).is_file() and os.access(c, os.X_OK):
             return c
-    if os.environ.get("BOOK_SKIP_BROWSER") == "1":
-        pytest.skip("BOOK_SKIP_BROWSER=1: rendered-page check in Chromium SKIPPED")
-    pytest.fail(
-        "Chromium not found (/usr/bin/chromium): `apt-get install chromium` (make test does), "
-        "set BOOK_CHROMIUM=/path/to/chrome, or skip this check with BOOK_SKIP_BROWSER=1"
+    why = (
+        "Chromium not found (/usr/bin/chromium): install it with `make system-packages`, or set "
+        "BOOK_CHROMIUM=/path/to/chrome"
     )
+    if os.environ.get("BOOK_REQUIRE_BROWSER") == "1":
+        pytest.fail(f"{why} (BOOK_REQUIRE_BROWSER=1)")
+    pytest.skip(why)
 
 
 def _dump_dom(page: Path, tmp_path: Path) -> str:

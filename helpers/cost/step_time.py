@@ -63,7 +63,7 @@ class Hardware:
     memory_gib: float = 80.0
     peak_flops: float = 989.5e12  # dense bf16, H100/H200 SXM datasheet
     mfu: float = (
-        0.40  # assumed model-FLOPs utilisation (known-facts: 0.95 B Llama measured 29-40 %)
+        0.40  # assumed share of the peak while computing (Chapter 8's 0.95 B Llama: 29-60 %)
     )
     intra: Link = NOMINAL_LINKS["nvlink4"]
     inter: Link = NOMINAL_LINKS["ib_ndr"]
