@@ -70,8 +70,9 @@ QUESTIONS = [
         "2(N−1)/N·S = 1.94 GB one rank sends leave each node through 8 cards, 10 µs + 1.94 GB / "
         "400 GB/s = {value}. Charging each rank one card would say eight times that.",
         "Leaving the node",
-        lambda: collective_time("all_reduce", 1 * GB, 32, Hardware().link("all_reduce", 32, 8))
-        * 1e3,
+        lambda: (
+            collective_time("all_reduce", 1 * GB, 32, Hardware().link("all_reduce", 32, 8)) * 1e3
+        ),
         4.854,
         "ms",
     ),
