@@ -109,7 +109,7 @@ def test_tp_across_nodes_counts_the_cards_of_a_node():
     ten = flat("10_pitfalls")
     assert "an order of magnitude slower" not in ten
     assert "with nominal NVLink 4 and InfiniBand NDR links (" not in ten
-    assert "runs through four cards" in ten and "`helpers.cost.comm.spanning_link`" in ten
+    assert "runs through four cards" in ten and "`helpers.cost.placement.spanning_link`" in ten
     shown = tp_across_nodes()
     assert shown.holds and "2 nodes × 4 GPUs (4 cards) 191 ms" in shown.wrong
     assert "8 nodes × 1 GPU (1 card) 755 ms (58% of the step)" in shown.wrong

@@ -9,7 +9,7 @@ earlier step and memory models differed from :mod:`helpers.cost.step_time` in tw
   (:class:`OneCardPerRank`). NCCL's rings and trees cross the network once per node per
   channel and spread the channels over the node's cards (nccl-tests ``doc/PERFORMANCE.md``;
   NVIDIA, "Doubling all2all performance with NCCL 2.12"), which
-  :func:`helpers.cost.comm.spanning_link` models;
+  :func:`helpers.cost.placement.spanning_link` models;
 * **no gradients held across micro-batches without a pipeline**: with P = 1 and m > 1 the
   accumulated gradients live through every later micro-batch's forward
   (``helpers/cost/memory_llama.py``, ``predict``, the ``held`` term); the earlier model counted

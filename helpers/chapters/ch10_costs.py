@@ -91,7 +91,7 @@ def tp_across_nodes(
     Across nodes a ring leaves each node once per channel and NCCL spreads its channels over the
     node's network cards (nccl-tests ``doc/PERFORMANCE.md``; one card per GPU on HGX/DGX
     H100/H200): a group of 8 as 2 nodes × 4 GPUs runs through 4 cards, as 8 nodes × 1 GPU through
-    one (:func:`helpers.cost.comm.spanning_link`). ``holds``: every placement across nodes is
+    one (:func:`helpers.cost.placement.spanning_link`). ``holds``: every placement across nodes is
     slower per all-reduce than NVLink, with a larger share of the step, and one GPU per node is
     the worst.
     """

@@ -3,7 +3,7 @@
 Used by Chapter 12 (in practice) to give :class:`helpers.cost.step_time.Hardware` the GPUs, links
 and network cards each source names. Peaks are dense (no sparsity) tensor-core figures from
 NVIDIA's datasheets; ``inter`` is ONE network card per direction, and ``cards_per_node`` says how
-many a node has (:func:`helpers.cost.comm.spanning_link` spreads a ring's node crossings over
+many a node has (:func:`helpers.cost.placement.spanning_link` spreads a ring's node crossings over
 them). Latencies are the assumed orders of magnitude of :data:`helpers.cost.comm.NOMINAL_LINKS`,
 not datasheet figures.
 

@@ -15,7 +15,7 @@ trainings. Each term has its source:
 * communication by placement (:mod:`helpers.cost.comm`, α-β links): ranks follow Colossal-AI's
   mesh (dp, pp, tp, sp), last axis fastest, ``Hardware.gpus_per_node`` consecutive ranks to a node
   (:func:`members_per_node`). A group inside one node uses ``Hardware.intra`` (NVLink); a group
-  spread over nodes uses the network as :func:`helpers.cost.comm.spanning_link` says: ring
+  spread over nodes uses the network as :func:`helpers.cost.placement.spanning_link` says: ring
   collectives leave a node once, through as many of its cards as the group has members there;
   all-to-all and point-to-point sends get one card per rank;
 * tensor parallelism: Megatron's 4 all-reduces of b·s·h per layer per micro-batch (or Megatron
@@ -76,7 +76,7 @@ class Hardware:
     def link(self, collective: str, n: int, per_node: int) -> Link:
         """The link a group of ``n`` ranks, ``per_node`` of them on each node, sees for
         ``collective`` (or "p2p"): NVLink inside a node, else
-        :func:`helpers.cost.comm.spanning_link`; a point-to-point send uses one card."""
+        :func:`helpers.cost.placement.spanning_link`; a point-to-point send uses one card."""
         if per_node >= n:
             return self.intra
         if collective == "p2p":
