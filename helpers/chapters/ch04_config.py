@@ -1,6 +1,7 @@
 """Chapter 4 (configuration files): the notebook's glue for sections 2, 3 and 5.
 
-Section 2 breaks a valid file in one place at a time and prints what :func:`rejections` collects;
+Section 2 breaks a valid file in one place at a time and prints what :func:`rejections` (and, for
+whole configs, :func:`rejections_of`) collects;
 section 3 maps :func:`plugin_examples` to plugins; section 5 prints the recorded two-GPU dry run
 of ``helpers.record.ch05`` as :func:`dry_run_line` spells it.
 """
@@ -17,10 +18,16 @@ def rejections(good: str, edits: dict[str, tuple[str, str]]) -> dict[str, str]:
     """Section 2: ``{name: ConfigError message}`` for each edit ``(old, new)`` of the YAML text
     ``good`` that :func:`helpers.config.loading.load_config` rejects; an edit it accepts is left
     out, so ``len(result) == len(edits)`` says that every one was caught."""
+    return rejections_of({name: good.replace(old, new) for name, (old, new) in edits.items()})
+
+
+def rejections_of(sources: dict) -> dict[str, str]:
+    """Section 2: ``{name: ConfigError message}`` for each config source (YAML text, a path or a
+    dict) that :func:`helpers.config.loading.load_config` rejects; an accepted one is left out."""
     found = {}
-    for name, (old, new) in edits.items():
+    for name, source in sources.items():
         try:
-            load_config(good.replace(old, new))
+            load_config(source)
         except ConfigError as e:
             found[name] = str(e)
     return found

@@ -10,7 +10,9 @@ result on two processes.
 from __future__ import annotations
 
 import math
+import warnings
 
+from helpers.config.errors import ConfigWarning
 from helpers.config.loading import load_config
 from helpers.config.plugin import plugin_spec
 from helpers.config.schema import TrainConfig
@@ -33,10 +35,12 @@ def scaled_down(cfg: TrainConfig, max_procs: int, steps: int = 1) -> TrainConfig
     are dimensions switched off, data first and tensor last, so the dry run exercises as many of
     the original dimensions as ``max_procs`` allows. The model keeps its kind and its attention
     type (grouped-query or not) at a size a CPU runs in seconds; the batch is the smallest that
-    feeds every stage; the run is ``steps`` steps and saves a checkpoint after each one.
+    feeds every stage; the run is ``steps`` steps and saves a checkpoint after each one. ZeRO
+    over a data degree shrunk to 1 shards nothing; the dry run keeps it to exercise its code, so
+    that :class:`~helpers.config.errors.ConfigWarning` is not issued here.
     """
-    if max_procs < 1:
-        raise ValueError(f"max_procs must be at least 1, got {max_procs}")
+    if isinstance(max_procs, bool) or not isinstance(max_procs, int) or max_procs < 1:
+        raise ValueError(f"max_procs must be a whole number, at least 1, got {max_procs!r}")
     p, t, m = cfg.parallelism, cfg.train, cfg.model
     mode = p.sequence_mode
     deg = {
@@ -66,42 +70,44 @@ def scaled_down(cfg: TrainConfig, max_procs: int, steps: int = 1) -> TrainConfig
         mode or "", 1
     )
     micro = 2 * pp if pp > 1 else None
-    return load_config(
-        {
-            "parallelism": {
-                "data": deg["data"],
-                "tensor": tp,
-                "pipeline": pp,
-                "sequence": sp if mode in OWN_AXIS_SP_MODES else 1,
-                "sequence_mode": mode,
-                "zero_stage": p.zero_stage,
-                "microbatches": micro,
-            },
-            "train": {
-                **t.model_dump(),
-                "batch_size": deg["data"] * 2 * (micro or 1),
-                "micro_batch_size": 2,
-                "steps": steps,
-                "save_interval": 1,
-                "checkpoint_dir": f"{t.checkpoint_dir}-dry-run",
-            },
-            "model": {
-                "kind": m.kind,
-                "layers": 2 * pp,
-                "hidden": 16 * heads,
-                "heads": heads,
-                "kv_heads": kv,
-                "vocab": 128,
-                "seq_len": split * math.ceil(32 / split),
-            },
-        }
-    )
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "parallelism.zero_stage", ConfigWarning)
+        return load_config(
+            {
+                "parallelism": {
+                    "data": deg["data"],
+                    "tensor": tp,
+                    "pipeline": pp,
+                    "sequence": sp if mode in OWN_AXIS_SP_MODES else 1,
+                    "sequence_mode": mode,
+                    "zero_stage": p.zero_stage,
+                    "microbatches": micro,
+                },
+                "train": {
+                    **t.model_dump(),
+                    "batch_size": deg["data"] * 2 * (micro or 1),
+                    "micro_batch_size": 2,
+                    "steps": steps,
+                    "save_interval": 1,
+                    "checkpoint_dir": f"{t.checkpoint_dir}-dry-run",
+                },
+                "model": {
+                    "kind": m.kind,
+                    "layers": 2 * pp,
+                    "hidden": 16 * heads,
+                    "heads": heads,
+                    "kv_heads": kv,
+                    "vocab": 128,
+                    "seq_len": split * math.ceil(32 / split),
+                },
+            }
+        )
 
 
 def side_by_side(full: TrainConfig, small: TrainConfig, procs: int | None = None) -> list[dict]:
     """Rows 'field | full | dry run' for every field that differs, plus world size and plugin."""
     a, b = _flat(full.to_dict()), _flat(small.to_dict())
-    rows = [{"field": k, "full": a[k], "dry run": b[k]} for k in a if a[k] != b[k]]
+    rows = [{"field": k, "full": a[k], "dry run": b.get(k)} for k in a if a[k] != b.get(k)]
     world = full.world_size(procs) if full.data_degree or procs else "auto"
     rows.append({"field": "world size", "full": world, "dry run": small.world_size()})
     rows.append(

@@ -3,14 +3,17 @@
 :func:`translate` turns the first error pydantic reports for a configuration into one
 :class:`~helpers.config.errors.ConfigError` naming the field, the value and a fix: the closest valid
 key or choice, an example value, or a hint for a key from older formats (legacy ``config.py``
-names, the axis abbreviations dp/tp/pp/sp).
+names, the axis abbreviations dp/tp/pp/sp). A string that YAML 1.1 (PyYAML's resolver) would have
+read as a number or a boolean gets the trap named (:func:`yaml11_note`).
 """
 
 from __future__ import annotations
 
 import difflib
+import re
 from typing import Any
 
+import yaml
 from pydantic import ValidationError
 
 from helpers.config.errors import ConfigError, fail
@@ -70,6 +73,38 @@ _HINTS.update(
 )
 
 
+# YAML 1.1 forms that 1.2 reads as strings (PyYAML's resolver table, yaml/resolver.py)
+_BOOL11 = re.compile(r"^(?:yes|Yes|YES|no|No|NO|on|On|ON|off|Off|OFF)$")
+_NUM11 = re.compile(r"^[-+]?(?:0b[01_]+|0x[0-9a-fA-F_]+|[0-9][0-9_]*(?:\.[0-9_]*)?(?::[0-5]?[0-9])*"
+                    r"(?:[eE][-+][0-9]+)?)$")  # fmt: skip
+
+
+def yaml11_note(value: Any) -> str:
+    """How YAML 1.1 and 1.2 readers differ on ``value`` (a string a 1.2 reader produced), as a
+    clause for a message, or ''."""
+    if not isinstance(value, str):
+        return ""
+    if _BOOL11.match(value):
+        word = "true" if value.lower() in ("yes", "on") else "false"
+        return (
+            f"YAML 1.1 readers (PyYAML's safe_load) read {value} as {word}, YAML 1.2 readers as "
+            f"the string {value!r}: write {word}"
+        )
+    if _NUM11.match(value) and ("_" in value or ":" in value or "0b" in value):
+        try:
+            number = yaml.safe_load(value)  # what YAML 1.1 makes of it
+        except yaml.YAMLError:
+            return ""
+        if isinstance(number, (int, float)) and not isinstance(number, bool):
+            kind = "the base-60 number" if ":" in value else "the number"
+            shown = f"{number:g}" if isinstance(number, float) else str(number)
+            return (
+                f"YAML 1.1 readers (PyYAML's safe_load) read {value} as {kind} {shown}, "
+                f"YAML 1.2 readers as a string: write {shown}"
+            )
+    return ""
+
+
 def _field_of(loc: tuple) -> tuple[str, str]:
     names = [
         str(x)
@@ -93,6 +128,8 @@ def _unknown_key(e: dict, raw: dict, field: str, key: str, value: Any) -> Config
     valid = list(model.model_fields)
     close = difflib.get_close_matches(key, valid, n=1, cutoff=0.5)
     fix = _HINTS.get(key) or (f"did you mean '{close[0]}'?" if close else "remove it")
+    if section == "config" and not close and key not in _HINTS:  # (helpers.config.loading)
+        fix = "remove it, or start its name with x- to keep anchors there for merge keys"
     return fail(
         field,
         parent.get(key) if isinstance(parent, dict) else value,
@@ -105,6 +142,9 @@ def _bad_choice(e: dict, field: str, key: str, value: Any) -> ConfigError:
     valid = [x.strip(" '") for x in e["ctx"]["expected"].replace(" or ", ",").split(",")]
     close = difflib.get_close_matches(str(value).lower(), valid, n=1, cutoff=0.3)
     hint = f"did you mean '{close[0]}'? " if close else ""
+    if note := yaml11_note(value):
+        hint = f"{note}; " if key != "sequence_mode" else f"{note.rsplit(':', 1)[0]}: to "
+        hint += "switch sequence parallelism off remove sequence_mode; " * (key == "sequence_mode")
     if key == "precision" and "fp8" in str(value).lower():
         hint = f"{FP8}; "
     if key == "sequence_mode" and str(value).lower() in ("sequence", "1d"):
@@ -146,6 +186,10 @@ def _wrong_type(kind: str, field: str, key: str, value: Any, example: Any) -> Co
     ):
         digits = int(float(value)) if float(value).is_integer() else value
         fix = f"write the digits, e.g. {key}: {digits}"
+    elif isinstance(value, float) and value.is_integer() and want == "a whole number":
+        n = int(value)
+        fix = f"write the digits, e.g. {key}: {n} (YAML reads 1e3 or {n}.0 as a float)"
+    fix = yaml11_note(value) or fix
     return fail(field, value, f"must be {want}, not {type(value).__name__}", fix)
 
 

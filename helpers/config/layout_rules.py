@@ -18,7 +18,7 @@ configuration file can break. Sources are cited in :mod:`helpers.parallel.layout
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from helpers.config.errors import ConfigError, fail
 from helpers.config.rule_fixes import batch_reject, heads_reject, nearest, too_few_reject
@@ -51,6 +51,12 @@ class Case:
     sequence: int = 1
     precision: str | None = None
     overlap_communication: bool | None = None
+    train: Any = None  # a config's Train section (helpers.config.run_rules); None for a layout
+
+    @property
+    def world(self) -> int | None:
+        """Processes the layout spans, once the data degree is known."""
+        return None if self.dp is None else self.dp * self.tp * self.pp * self.sp
 
     @property
     def a2a(self) -> int:

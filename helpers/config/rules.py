@@ -6,19 +6,21 @@ Every bad configuration is rejected *before* any process starts, with one
 it. The table holds every rule of a layout (:data:`helpers.config.layout_rules.LAYOUT_RULES`, the
 same rules :func:`helpers.parallel.layouts.violations` lists) and the rules only a configuration
 file can break (:data:`CONFIG_RULES`: a precision, a sequence degree written twice, an option for
-the wrong plugin). They mirror the checks that Colossal-AI 0.5.0's plugins run only after
-``torchrun`` has started every rank (asserts in ``HybridParallelPlugin.__init__``,
-``LowLevelZeroPlugin.__init__``, ``GeminiPlugin.__init__``, the 1F1B schedule's ``load_batch``)
-and the divisibility rules of the model shapes (heads over tp, layers over pp, batch over dp). The
-first broken rule of the table is reported, the most fundamental first.
+the wrong plugin; :data:`helpers.config.run_rules.RUN_RULES`: numbers a rank would fail on). They
+mirror the checks that Colossal-AI 0.5.0's plugins run only after ``torchrun`` has started every
+rank (asserts in ``HybridParallelPlugin.__init__``, ``LowLevelZeroPlugin.__init__``,
+``GeminiPlugin.__init__``, the 1F1B schedule's ``load_batch``) and the divisibility rules of the
+model shapes (heads over tp, layers over pp, batch over dp). The first broken rule of the table is
+reported, the most fundamental first.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from helpers.config.errors import ConfigError, fail
+from helpers.config.errors import ConfigError, fail, warn
 from helpers.config.layout_rules import MESH_RULES, SHAPE_RULES, Case, Rule, nearest
+from helpers.config.run_rules import RUN_RULES, RUN_WARNINGS
 from helpers.parallel.factors import divisors
 from helpers.parallel.vocab import OWN_AXIS_SP_MODES, SHARED_SP_MODES
 
@@ -68,6 +70,7 @@ def config_case(cfg: TrainConfig) -> Case:
         sequence=p.sequence,
         precision=t.precision,
         overlap_communication=p.overlap_communication,
+        train=t,
     )
 
 
@@ -193,7 +196,7 @@ CONFIG_RULES = [  # what only a configuration file can get wrong
     ),
 ]
 
-RULES: list[Rule] = [*MESH_RULES, *CONFIG_RULES, *SHAPE_RULES]
+RULES: list[Rule] = [*MESH_RULES, *CONFIG_RULES, *SHAPE_RULES, *RUN_RULES]
 
 
 def broken_rules(cfg: TrainConfig) -> list[Rule]:
@@ -203,13 +206,18 @@ def broken_rules(cfg: TrainConfig) -> list[Rule]:
 
 
 def check(cfg: TrainConfig) -> None:
-    """Raise the first broken rule's ConfigError (the table's order: most fundamental first)."""
+    """Raise the first broken rule's ConfigError (the table's order: most fundamental first);
+    then warn (:func:`~helpers.config.errors.warn`) of each rule of :data:`RUN_WARNINGS` that
+    ``cfg`` breaks."""
     case = config_case(cfg)
     for rule in RULES:
         if rule.broken(case):
             error = rule.reject(case)
             error.rule = rule.name
             raise error
+    for rule in RUN_WARNINGS:
+        if rule.broken(case):
+            warn(str(rule.reject(case)))
 
 
 def check_world(cfg: TrainConfig, procs: int) -> None:

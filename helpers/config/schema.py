@@ -3,7 +3,9 @@
 Used by Chapter 4 (configuration files) and by Chapter 5's training entry point. The shape is
 the source guide's (``parallelism: {data, tensor, pipeline}`` and ``train: {batch_size,
 learning_rate, precision, save_interval}``) plus what a real run needs: the sequence degree and
-mode, the ZeRO stage, micro-batches, the model, the checkpoint folder and the seed.
+mode, the ZeRO stage, micro-batches, the model, the checkpoint folder and the seed, and,
+optionally, the GPUs' memory (``hardware``), against which Chapter 7's memory model checks the
+layout (:mod:`helpers.config.memory_fit`).
 
 Related modules: :mod:`helpers.config.loading` (YAML or a dict → a TrainConfig),
 :mod:`helpers.config.rules` (the cross-field rules every TrainConfig passes),
@@ -16,9 +18,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-import yaml
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, Strict, model_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, Strict
+from pydantic import ValidationInfo, model_validator
 
+from helpers.config import paths
 from helpers.config.errors import ConfigError, fail
 from helpers.config.rules import check, check_world
 from helpers.config.shape import ModelShape
@@ -84,7 +87,17 @@ class Train(Section):
     micro_batch_size: Degree | None = None  # sequences per forward pass on one data-parallel rank
     steps: Degree = 100
     seed: Count = 42
-    checkpoint_dir: Annotated[str, Strict(), Field(min_length=1)] = "ckpt"  # /ckpt*/ is git-ignored
+    checkpoint_dir: Annotated[
+        str,
+        Strict(),
+        Field(
+            min_length=1,
+            description="where checkpoints are written: ~ and $VAR are expanded; a relative path "
+            "is resolved against the training processes' working directory, the repository root "
+            "under helpers.run.launch (helpers.config.paths)",
+        ),
+        AfterValidator(paths.checkpoint_dir),
+    ] = "ckpt"  # /ckpt*/ is git-ignored
     max_grad_norm: Annotated[Number, Field(ge=0)] = 0.0  # 0 = no clipping
 
 
@@ -108,6 +121,22 @@ class Model(Section):
         )
 
 
+class Hardware(Section):
+    # one GPU's memory in GiB (2**30 bytes: torch.cuda.mem_get_info()[1] / 2**30); None: unchecked
+    gpu_memory_gib: (
+        Annotated[
+            Number,
+            Field(
+                gt=0,
+                description="memory of one GPU in GiB: the loader predicts the busiest GPU's peak "
+                "with Chapter 7's memory model and refuses a layout above it (helpers.config."
+                "memory_fit)",
+            ),
+        ]
+        | None
+    ) = None
+
+
 class TrainConfig(Section):
     """The whole configuration; build it with :func:`helpers.config.loading.load_config` to get
     clear errors."""
@@ -115,10 +144,16 @@ class TrainConfig(Section):
     parallelism: Parallelism = Parallelism()
     train: Train
     model: Model = Model()
+    hardware: Hardware = Hardware()
 
     @model_validator(mode="after")
-    def _consistent(self) -> "TrainConfig":
+    def _consistent(self, info: ValidationInfo) -> "TrainConfig":
         check(self)
+        pending = (info.context or {}).get("world_pending")  # load_config resolves, then checks
+        if self.hardware.gpu_memory_gib is not None and not pending:
+            from helpers.config.memory_fit import check_fits
+
+            check_fits(self)
         return self
 
     # -- derived quantities -------------------------------------------------------------
@@ -177,10 +212,17 @@ class TrainConfig(Section):
         return self.data_degree
 
     def to_dict(self) -> dict:
-        return self.model_dump(mode="json")
+        """The config as plain data (without ``hardware`` while it is all defaults)."""
+        out = self.model_dump(mode="json")
+        if self.hardware == Hardware():
+            del out["hardware"]
+        return out
 
     def to_yaml(self) -> str:
-        return yaml.safe_dump(self.to_dict(), sort_keys=False)
+        """YAML text that :func:`helpers.config.loading.load_config` reads back as this config."""
+        from helpers.config.yaml_reader import dump
+
+        return dump(self.to_dict())
 
     def with_changes(self, changes: dict) -> "TrainConfig":
         """A new validated config with ``changes`` merged section by section."""

@@ -10,14 +10,27 @@ defaults that differ from demo to demo stay visible where they are used.
 naming the launcher's rule (Chapter 1, "Where the ranks run"). :func:`plugin_lifetime` keeps
 Colossal-AI plugins alive until a demo's results are out and then destroys their process groups,
 inside :func:`helpers.run.env.distributed`.
+
+:func:`check_launch` checks what a notebook hands :func:`helpers.run.launch.launch` before
+anything starts (:func:`count`, :func:`seconds`, :func:`folder`): ``torchrun`` writes
+``--nproc_per_node=2.5`` into its command line as it is and fails only after starting, a string
+``"2"`` meets ``nproc < 1`` as a TypeError, and a negative timeout would start the ranks and
+report them past it at once.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import difflib
 import importlib
-from typing import Callable, Iterator
+import importlib.util
+import math
+import numbers
+import os
+import pkgutil
+from pathlib import Path
+from typing import Any, Callable, Iterator
 
 from helpers.parallel.vocab import SP_MODES
 
@@ -125,3 +138,76 @@ def plugin_lifetime() -> Iterator[Callable]:
         release = getattr(held.pop(), "__del__", None)
         if release is not None:
             release()
+
+
+def _refuse(name: str, value: Any, allowed: str, example: str, kind: type | None) -> ValueError:
+    """``name must be allowed, got value (its type when it is the wrong one); e.g. example``."""
+    kind_name = type(value).__name__
+    wrong = f" (a{'n' * (kind_name[0] in 'aeiou')} {kind_name})"
+    wrong = "" if kind is None or isinstance(value, kind) and not isinstance(value, bool) else wrong
+    return ValueError(f"{name} must be {allowed}, got {value!r}{wrong}; e.g. {example}")
+
+
+def count(name: str, value: Any, least: int = 1, what: str = "processes") -> int:
+    """``value`` if it is a whole number ≥ ``least`` (an int, not a bool or a float), else a
+    ValueError naming the argument, the value and what is allowed."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < least:
+        digits = isinstance(value, str) and value.strip().isdigit() and int(value) >= least
+        example = f"{name}={int(value) if digits else max(least, 2)}"
+        integral = isinstance(value, numbers.Integral) and not isinstance(value, bool)
+        whole = "" if integral else "a whole number, "
+        allowed = f"{whole}at least {least} ({what})"
+        raise _refuse(name, value, allowed, example, numbers.Integral)
+    return int(value)
+
+
+def seconds(name: str, value: Any) -> float:
+    """``value`` if it is a finite number of seconds > 0, else a ValueError (NaN compares false
+    with every elapsed time, so a NaN timeout would never fire)."""
+    ok = isinstance(value, numbers.Real) and not isinstance(value, bool)
+    if not ok or not math.isfinite(value) or value <= 0:
+        raise _refuse(name, value, "a finite number of seconds > 0", f"{name}=600", numbers.Real)
+    return float(value)
+
+
+def folder(name: str, value: Any) -> Path:
+    """``value`` as a Path if it names a folder (or none yet), else a ValueError."""
+    if not isinstance(value, (str, os.PathLike)) or not str(value) or "\x00" in str(value):
+        raise _refuse(name, value, "a folder (a non-empty str or Path)", f"{name}='/tmp/x'", None)
+    if Path(value).exists() and not Path(value).is_dir():
+        raise ValueError(f"{name} must be a folder, got {str(value)!r}, which is a file")
+    return Path(value)
+
+
+def check_launch(demo: Any, nproc: Any, args: Any, timeout_s: Any, env: Any) -> None:
+    """What :func:`helpers.run.launch.launch` is given, checked before anything starts: the demo
+    exists, ``nproc`` is a count, ``args`` a list (a string would be split into characters),
+    ``timeout_s`` a time and ``env`` a mapping of strings."""
+    if not isinstance(demo, str) or not demo:
+        raise _refuse("demo", demo, "a demo's name (a non-empty str)", "demo='ch01_dp'", str)
+    module = demo if demo.startswith("helpers.") else f"helpers.demos.{demo}"
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError):  # a parent package that does not exist, or "a..b"
+        spec = None
+    if spec is None:
+        demos = importlib.import_module("helpers.demos").__path__
+        close = difflib.get_close_matches(demo, [m.name for m in pkgutil.iter_modules(demos)], 2)
+        raise ValueError(
+            f"demo must name a module of helpers/demos, got {demo!r}: no module {module}"
+            + (f"; did you mean {' or '.join(map(repr, close))}?" if close else "")
+        )
+    count("nproc", nproc, what="ranks on this machine")
+    if isinstance(args, (str, bytes)) or not isinstance(args, (list, tuple)):
+        raise _refuse("args", args, "a list (a str would be split into characters)",
+                      "args=['--steps', '3']", None)  # fmt: skip
+    seconds("timeout_s", timeout_s)
+    if env is not None and (
+        not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values())
+    ):
+        bad = (
+            {k: v for k, v in env.items() if not isinstance(v, str)}
+            if isinstance(env, dict)
+            else env
+        )
+        raise _refuse("env", bad, "a dict of str to str", "env={'X': '1'}", None)

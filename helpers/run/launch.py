@@ -29,7 +29,7 @@ from pathlib import Path
 
 import psutil
 
-from helpers.run import shared
+from helpers.run import cli, shared
 from helpers.run.env import is_result, placement_env, results_of
 from helpers.run.failure import LAUNCHER, failing_rank
 from helpers.run.tail import Joiner
@@ -69,6 +69,7 @@ class LaunchResult:
 
     def rank(self, r: int) -> list[dict]:
         """The results rank ``r`` emitted, in order."""
+        cli.count("r", r, 0, "a rank")
         return [x for x in self.results if x["rank"] == r]
 
     def first(self, r: int = 0) -> dict:
@@ -88,8 +89,7 @@ def torchrun_command(
     demo: str, nproc: int, args: list[str] | tuple[str, ...] = (), log_dir: str | None = None
 ) -> list[str]:
     """The exact command line the launcher runs (shown in the book, recorded with GPU results)."""
-    if nproc < 1:
-        raise ValueError(f"nproc must be at least 1, got {nproc}")
+    nproc, log_dir = cli.count("nproc", nproc), log_dir and str(cli.folder("log_dir", log_dir))
     cmd = [
         sys.executable,
         "-m",
@@ -111,6 +111,7 @@ def rank_env(
     :func:`helpers.run.env.placement` decides GPU+NCCL (``nproc`` <= GPUs) or CPU+gloo with CUDA
     hidden (``nproc`` > GPUs) once, here, for every demo.
     """
+    cli.count("nproc", nproc)
     return {**os.environ, **placement_env(nproc, force=force), **(extra or {})}
 
 
@@ -153,8 +154,10 @@ def launch(
     show: "rank0" streams rank 0's lines, "all" streams every rank's lines prefixed with
     ``[rankN]``, "none" streams nothing. RESULT lines are collected, not shown.
     share: within a test run (``BOOK_SHARED_RUNS`` set), an identical earlier launch answers
-    instead of a new run (:mod:`helpers.run.shared`); ``share=False`` always runs.
+    instead of a new run (:mod:`helpers.run.shared`); ``share=False`` always runs. Arguments are
+    checked first (:func:`helpers.run.cli.check_launch`): a ValueError names the bad one.
     """
+    cli.check_launch(demo, nproc, args, timeout_s, env)
     if show not in ("rank0", "all", "none"):
         raise ValueError(f"show must be 'rank0', 'all' or 'none', not {show!r}")
     args = [str(a) for a in args]

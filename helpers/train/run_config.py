@@ -8,10 +8,20 @@ overrides of ``train.*`` applied (:func:`configure`).
 
 from __future__ import annotations
 
+import argparse
+
 from helpers.config.loading import load_config
 from helpers.run import cli
 
 DROPOUT = 0.1  # attention dropout draws on the torch RNG every step: a resume must restore it
+
+
+def _at_least_one(text: str) -> int:
+    """argparse type: a whole number ≥ 1 (``step % n`` would divide by zero every rank)."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number ≥ 1, got {text}")
+    return value
 
 
 def parser():
@@ -48,7 +58,9 @@ def parser():
     p.add_argument(
         "--bucket_cap_mb", type=float, help="DDP gradient bucket size (default: torch's 25 MB)"
     )
-    p.add_argument("--log_interval", type=int, default=2, help="steps between signal lines")
+    p.add_argument(
+        "--log_interval", type=_at_least_one, default=2, help="steps between signal lines (≥ 1)"
+    )
     p.add_argument(
         "--progress",
         choices=("auto", "on", "off"),
