@@ -4,8 +4,9 @@ numbers that the chapter page quotes.
 Used by ``notebooks/03_strategy.ipynb`` and ``tests/test_ch03_page.py``. Every number comes from
 the book's models: the α-β links and ring volumes of :mod:`helpers.cost.comm` (Thakur,
 Rabenseifner & Gropp 2005; nccl-tests ``doc/PERFORMANCE.md``), the links a group sees by its
-placement (:func:`helpers.cost.placement.spanning_link`, :meth:`helpers.cost.step_time.Hardware.link`:
-NCCL's rings cross the network once per node per channel and spread the channels over the node's
+placement (:func:`helpers.cost.placement.spanning_link`,
+:meth:`helpers.cost.step_time.Hardware.link`: NCCL's rings cross the network once per node per
+channel and spread the channels over the node's
 cards, one per GPU on HGX/DGX H100/H200 nodes; all-to-all gets one card per rank), the planner
 (:mod:`helpers.cost.planner`) and the earlier planner rebuilt by
 :mod:`helpers.chapters.ch03_earlier`.

@@ -45,8 +45,9 @@ def tp_placements(
       a ring crosses the network once per node per channel and NCCL spreads the channels over the
       node's cards (nccl-tests ``doc/PERFORMANCE.md``; one card per GPU on HGX/DGX H100/H200
       nodes), so a group with k members on each node runs through k cards
-      (:func:`helpers.cost.placement.spanning_link`): every GPU of the node is in such a group and the
-      groups run at once. One member per node: one card, the figure a model that charges every
+      (:func:`helpers.cost.placement.spanning_link`): every GPU of the node is in such a group
+      and the groups run at once. One member per node: one card, the figure a model that charges
+      every
       rank one card gives for any placement.
     * Compute: 6·Ψ/t FLOPs per token (each TP rank holds 1/t of the matrices) at ``mfu`` of the
       bf16 peak.

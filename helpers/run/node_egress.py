@@ -10,8 +10,9 @@ returns, as a JSON-able dict, the rows of :func:`summarise`.
 
 The two models it puts beside the times (:func:`predict`):
 
-* **per node** (:func:`helpers.cost.placement.spanning_link`): a ring crosses the network once per node,
-  so the bytes that leave a node are one rank's 2(N-1)/N·M (nccl-tests ``doc/PERFORMANCE.md``),
+* **per node** (:func:`helpers.cost.placement.spanning_link`): a ring crosses the network once
+  per node, so the bytes that leave a node are one rank's 2(N-1)/N·M (nccl-tests
+  ``doc/PERFORMANCE.md``),
   spread over the node's cards: M for N = 2, 1.5 M for N = 4, ratio 1.5;
 * **per rank** (what the book's model charged before): every rank of the node sends its
   2(N-1)/N·M through the node's cards, ``per_node`` times as many bytes: 3 M for N = 4, ratio 3.
