@@ -59,7 +59,7 @@ def test_mfu_definition():
         flops_per_token(config, 256) * 1e6 / (2 * PEAK_FLOPS)
     )
     big = llama_config(**PRESETS["1b"], max_seq=1024)
-    assert llama_params(big) == pytest.approx(0.94e9, rel=0.01)  # known-facts' 0.95 B Llama
+    assert llama_params(big) == pytest.approx(0.94e9, rel=0.01)  # the flagship's 0.95 B Llama
 
 
 def test_results_of_a_failed_launch_are_kept():

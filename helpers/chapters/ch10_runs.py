@@ -12,7 +12,7 @@ seconds each:
   shows the recorded Llama run whose sdpa attention lost its causal mask (``ch01_hybrid``);
 * ``resume_without_rng`` trains a small dropout model with a shuffled sampler and resumes it twice;
 * ``orphaned_workers`` shows ``subprocess.run(timeout=...)`` leaving a grandchild alive
-  (known-facts: torchrun's workers), and a killed process group leaving none;
+  (torchrun's workers), and a killed process group leaving none;
 * ``stale_kernel_lock`` runs Chapter 8's lab (:func:`helpers.train.kernel_lock_lab.reproduce`):
   torch's kernel-build lock (torch/utils/cpp_extension.py:2345, file_baton.py:34-63) left by a
   SIGKILLed build, the next run waiting on it silently, :func:`helpers.run.kernels.clear_stale`.

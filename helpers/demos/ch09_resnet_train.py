@@ -118,7 +118,8 @@ def main() -> None:
             assert accuracy >= args.target_acc, (
                 f"Accuracy {accuracy} is lower than target accuracy {args.target_acc}"
             )
-        del model, optimizer, booster  # known-facts: free the DDP reducer before the teardown
+        # free the DDP reducer before the teardown (helpers.run.env.distributed)
+        del model, optimizer, booster
         dist.barrier()
 
 

@@ -2,12 +2,14 @@
 
 Used by Chapter 1 ("the same with Colossal-AI") and later chapters' hybrid-parallel demos. Llama,
 not GPT-2: under ``HybridParallelPlugin`` without flash attention, Colossal-AI 0.5.0's GPT-2
-policy builds a padding mask that turns causal attention off (known-facts), so GPT-2 would learn
-to copy the future. Nothing is downloaded: the model is built from a config and random weights.
+policy builds a padding mask that turns causal attention off (measured on two H200s), so GPT-2
+would learn to copy the future. Nothing is downloaded: the model is built from a config and random
+weights.
 
-The data is fresh every step (never a repeated batch, see the tp=2 NaN in known-facts): each
-sequence is an arithmetic progression modulo the vocabulary with a random start and stride,
-so the next token is predictable from the two before it and the loss falls quickly.
+The data is fresh every step (never a repeated batch: a tp=2 run memorising one batch reached a
+NaN loss, Chapter 9): each sequence is an arithmetic progression modulo the vocabulary with a
+random start and stride, so the next token is predictable from the two before it and the loss
+falls quickly.
 """
 
 from __future__ import annotations

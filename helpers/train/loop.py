@@ -235,5 +235,6 @@ def train(args, env):
         backend=env.backend,
         last_checkpoint=str(ckpt.latest(root)) if t.save_interval else None,
     )
-    del model, optimizer, scheduler, booster, loader  # known-facts: free the DDP reducer
+    # free the DDP reducer (helpers.run.env.distributed)
+    del model, optimizer, scheduler, booster, loader
     return result, plugin

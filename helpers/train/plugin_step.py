@@ -72,7 +72,7 @@ def train_ddp(model, dataset, local_batch, lr, device):
         world_mean = loss.detach().clone()
         dist.all_reduce(world_mean)  # SUM of the per-rank means
         losses.append(world_mean.item() / dist.get_world_size())
-    del model, opt, booster, plugin  # known-facts: free the DDP reducer before teardown
+    del model, opt, booster, plugin  # free the DDP reducer before teardown (helpers.run.env)
     return losses
 
 

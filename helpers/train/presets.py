@@ -16,7 +16,7 @@ from helpers.models.llama import llama_params
 
 PRESETS = {  # name: llama_config kwargs
     "tiny": dict(layers=4, hidden=256, heads=8, vocab=128),
-    "1b": dict(layers=16, hidden=2048, heads=16, vocab=32000),  # 0.94 B, known-facts' model
+    "1b": dict(layers=16, hidden=2048, heads=16, vocab=32000),  # 0.94 B, Chapter 8's flagship
     "half": dict(layers=8, hidden=2048, heads=16, vocab=32000),  # 0.54 B
 }
 
