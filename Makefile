@@ -86,7 +86,7 @@ help:
 # ---------------------------------------------------------------------------------------------
 venv: $(STAMP) $(OFFLINE_STAMP)
 
-$(STAMP): requirements.txt requirements-colossalai.txt pyproject.toml
+$(STAMP): requirements.txt requirements-colossalai.txt requirements-deepspeed.txt pyproject.toml
 	@$(TIMER)
 	t_all=$$(date +%s.%N)
 	step "create $(VENV) with $(PYTHON) ($$($(PYTHON) --version 2>&1))$(if $(SYSTEM_SITE), using system site-packages)" \
@@ -98,6 +98,13 @@ $(STAMP): requirements.txt requirements-colossalai.txt pyproject.toml
 	# dependency list (the ones it imports are in requirements-colossalai.txt). See README.md.
 	step "pip install --no-deps colossalai==0.5.0" \
 	  $(PY) -m pip install --quiet --no-deps colossalai==0.5.0
+	# DeepSpeed beside site-packages, not in it: transformers 4.51.3 imports DeepSpeed in every
+	# process that loads its models once it can find it (+0.4 s per rank, a line on stdout), so only
+	# Chapter 6's DeepSpeed ranks put .venv/deepspeed on sys.path (helpers/train/deepspeed_run.py).
+	# A source release: it builds into a pure-Python wheel, no op compiled (no --no-build-isolation).
+	step "pip install --no-deps --target $(VENV)/deepspeed deepspeed (requirements-deepspeed.txt)" \
+	  $(PY) -m pip install --quiet --no-deps --upgrade --target $(VENV)/deepspeed \
+	    -r requirements-deepspeed.txt
 	step "pip install --no-deps -e . (helpers package)" \
 	  $(PY) -m pip install --quiet --no-deps -e .
 	step "install Jupyter kernel 'python3' into $(VENV)" \
@@ -193,13 +200,13 @@ kernels: $(PYTHON_ENV)
 	@$(RUN_ENV) $(PY) -m helpers.run.kernels
 
 # On a GPU box: the GPU-marked tests, then every notebook re-executed (outputs differ from the
-# stored CPU ones, so only cells marked # NBVAL_CHECK_OUTPUT are compared). helpers.run.gpu_suite runs
+# stored CPU ones, so only cells marked # NBVAL_CHECK_OUTPUT are compared). helpers.record.gpu_suite runs
 # both and writes results/<hardware>/test_gpu.json (each test and notebook: outcome, seconds).
 test-gpu: $(PYTHON_ENV) kernels
 	@t0=$$(date +%s.%N)
 	rc=0
 	timeout_flag=""; if $(PY) -c 'import pytest_timeout' 2>/dev/null; then timeout_flag="$(TIMEOUT_FLAG)"; fi
-	$(RUN_ENV) $(PY) -m helpers.run.gpu_suite --record $$timeout_flag $(PYTEST_ARGS) || rc=$$?
+	$(RUN_ENV) $(PY) -m helpers.record.gpu_suite --record $$timeout_flag $(PYTEST_ARGS) || rc=$$?
 	echo "==> make test-gpu: wall time $$(awk -v a="$$t0" -v b="$$(date +%s.%N)" 'BEGIN{printf "%.1f", b-a}') s (exit code $$rc)"
 	exit $$rc
 

@@ -1,19 +1,32 @@
 """Shared code of the book, laid out like the book. Notebooks import from the subpackages below.
 
-- ``helpers.parallel``: the dimensions themselves (Chapters 1-2): the rank grid, layouts, data,
-  tensor, pipeline, sequence and expert parallelism, ZeRO and FSDP2.
-- ``helpers.cost``: what a layout costs (Chapters 3, 7 and 12): communication, memory, MFU, planner,
-  the hardware of published trainings.
-- ``helpers.config``: configuration files and the one plugin builder (Chapters 4 and 6).
+Layers, lowest first: models < parallel < cost < config < run < train < cluster < record < demos <
+figures < notebook < chapters. A module imports its own layer and the layers below it, never one
+above, and no modules import each other in a circle (``tests/test_layers.py`` reads every import,
+function-local ones included). A function-local import of a helpers module is there only to defer
+a heavy dependency that module loads (torch, which a config file loads without; Colossal-AI,
+DeepSpeed, Megatron-Core, Transformers), and its line says so.
+
+- ``helpers.models``: the models and data the demos train (a tiny Llama, ResNet, images), and the
+  shape of a model (:mod:`helpers.models.shape`).
+- ``helpers.parallel``: the dimensions themselves (Chapters 1-2): the degrees, the rank grid,
+  layouts and the rules they share, data, tensor, pipeline, sequence and expert parallelism, ZeRO
+  and FSDP2.
+- ``helpers.cost``: what a layout costs (Chapters 3, 7 and 12): communication, memory, MFU,
+  planner, the hardware of published trainings.
+- ``helpers.config``: configuration files and the one plugin builder (Chapters 4 and 6); a file's
+  layout is checked against the memory model of ``cost``.
+- ``helpers.run``: where and how ranks run: the environment inside a rank, the torchrun launcher,
+  Colossal-AI's kernels (Chapter 1, "Where the ranks run").
 - ``helpers.train``: training machinery (Chapters 5 and 8): references, checkpoints, signals,
   tuning knobs, profiling, deliberate failures and their diagnosis.
-- ``helpers.models``: the models and data the demos train (a tiny Llama, ResNet, images).
-- ``helpers.run``: where and how ranks run: the environment inside a rank, the torchrun launcher,
-  Colossal-AI's kernels, the GPU test suite (Chapter 1, "Where the ranks run").
+- ``helpers.cluster``: hosts made on one machine (network namespaces), SSH, SLURM, node faults
+  and the multi-node runs of Chapters 5 and 8.
 - ``helpers.record``: GPU measurements with provenance under ``results/<hardware>/``.
-- ``helpers.chapters``: the glue each notebook calls, named like the notebooks.
-- ``helpers.notebook``: plots, widgets, stored outputs, machine-dependent numbers.
 - ``helpers.demos``: torchrun entry points only; nothing imports a demo.
+- ``helpers.figures``: the book's concept figures and their shared style.
+- ``helpers.notebook``: tables, widgets, stored outputs, machine-dependent numbers.
+- ``helpers.chapters``: the glue each notebook calls, named like the notebooks.
 """
 
 import logging as _logging

@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from helpers.config.layout import TrainLayout
+from helpers.parallel.train_layout import TrainLayout
 from helpers.cost.memory_llama import predict
 from helpers.models.llama import build_llama, token_batch
 from helpers.record.ch07_layouts import ACCUMULATION, LAYOUTS, layout_named, layouts_for, plan

@@ -10,7 +10,13 @@ widget manager have run, so the checks see what a reader sees:
 * at least one figure ``<img>`` whose source is a ``data:`` URI or a local file;
 * widgets stored in the notebook rendered by the local ipywidgets HTML manager;
 * no script or stylesheet from a CDN: MathJax, RequireJS and embed-amd.js are served from
-  ``_static/`` (sphinx-mathjax-offline and the ``_offline/`` JavaScript of ``make venv``).
+  ``_static/`` (sphinx-mathjax-offline and the ``_offline/`` JavaScript of ``make venv``);
+* nothing scrolls sideways at a laptop's width: in windows 1366 and 1440 px wide, no code block,
+  output, table or display equation of any chapter, appendix or notebook page is wider than the
+  column (book/_static/book.css sets the geometry; tests/page_overflow.py measures every page in
+  one Chromium run and names each block that remains), and the same check does report a code
+  line, an output line, tables and a box made too wide on purpose, while 100-character lines
+  fit.
 
 Without Chromium these tests skip and say how to install it (``make system-packages``), or fail
 with ``BOOK_REQUIRE_BROWSER=1`` (CI); ``BOOK_SKIP_BROWSER=1`` skips them on purpose.
@@ -25,8 +31,10 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import page_overflow
 import pytest
 
 pytestmark = pytest.mark.slow
@@ -188,3 +196,38 @@ def test_chapter1_page_renders_math(built_html: Path, tmp_path: Path):
     dom = _dump_dom(built_html / "book" / "01_dimensions.html", tmp_path)
     assert dom.count("<mjx-container") > 0, "no math rendered by MathJax on book/01_dimensions.html"
     assert "<mjx-merror" not in dom, "MathJax reported a TeX error"
+
+
+@pytest.fixture(scope="module")
+def overflow(built_html: Path, tmp_path_factory) -> dict:
+    """Every chapter, appendix and notebook page, and a copy of one with blocks made too wide on
+    purpose, measured at 1366 and 1440 px in one Chromium run."""
+    chromium = _chromium()
+    pages = page_overflow.book_pages(built_html)
+    wide = page_overflow.write_wide_cells(built_html)
+    t0 = time.monotonic()
+    profile = tmp_path_factory.mktemp("overflow") / "profile"
+    found = page_overflow.measure(built_html, chromium, profile, [*pages, wide])
+    print(f"overflow check: {len(pages) + 1} pages, 2 widths, {time.monotonic() - t0:.1f} s")
+    return {"pages": pages, "wide": wide, "found": found}
+
+
+def test_nothing_scrolls_sideways_at_1366_and_1440_px(overflow):
+    found, wide = overflow["found"], overflow["wide"]
+    for width in page_overflow.WIDTHS:
+        assert sorted(found[str(width)]) == sorted([*overflow["pages"], wide]), width
+    book = {w: {p: r for p, r in pages.items() if p != wide} for w, pages in found.items()}
+    lines = page_overflow.overflowing(book)
+    assert not lines, (
+        f"{len(lines)} blocks are wider than the page's column (code and output lines: at most "
+        "100 characters; tables: show_table, split or helpers.notebook.tables.transposed):\n"
+        + "\n".join(lines)
+    )
+
+
+def test_the_check_reports_blocks_made_too_wide_on_purpose(overflow):
+    for width in page_overflow.WIDTHS:
+        report = overflow["found"][str(width)][overflow["wide"]]
+        marked = (*page_overflow.WIDE, *page_overflow.FITS)
+        seen = {m: b["kind"] for b in report["overflowing"] for m in marked if m in b["text"][:20]}
+        assert seen == page_overflow.WIDE, f"{width} px: {report}"

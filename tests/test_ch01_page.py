@@ -1,15 +1,23 @@
-"""The numbers Chapter 1's page quotes are recomputed here from the formulas they come from.
+"""Chapter 1's running example, its ring figure and its mask trap, computed, and the page that
+shows them.
 
-Running example of the page: b=8, s=2048, h=4096, a=32, T=S=4, 16-bit activations, Ψ = 7e9.
-Formulas: ring all-reduce 2(N-1)/N·S, Ulysses 4(S-1)/S·bsh/S per layer (Chapter 1),
-activations per layer from Korthikanti et al. 2022, Table 2; GPipe bubble (p-1)/(m+p-1).
+Running example of the page: b=8, s=2048, h=4096, a=32, T=S=4, 16-bit activations, Ψ = 7e9, D = 8.
+Formulas: ring all-reduce 2(N-1)/N·M, Ulysses 4(S-1)/S·bsh/S per layer (Chapter 1), activations
+per layer from Korthikanti et al. 2022, Table 2; GPipe bubble (P-1)/(m+P-1). The numbers reach the
+page through glue; here they are recomputed from the formulas, independently of the helper.
 """
 
 from pathlib import Path
 
+import matplotlib
 import pytest
 
-from helpers.parallel.pp import bubble_fraction, split_layers
+matplotlib.use("Agg")
+from helpers.chapters.ch01_mask_trap import mask_trap_facts  # noqa: E402
+from helpers.chapters.ch01_numbers import rows, running_example  # noqa: E402
+from helpers.cost.comm import bus_factor  # noqa: E402
+from helpers.figures.ring_allreduce import ring_allreduce, ring_figure  # noqa: E402
+from helpers.parallel.pp import bubble_fraction, split_layers  # noqa: E402
 
 PAGE = (Path(__file__).resolve().parent.parent / "book" / "01_dimensions.md").read_text()
 b, s, h, a, T, S = 8, 2048, 4096, 32, 4, 4
@@ -18,25 +26,30 @@ sbh = s * b * h
 
 
 @pytest.mark.parametrize(
-    "label, value, text",
+    "key, value",
     [
-        ("DP all-reduce, 7B, D=8", 2 * 7 / 8 * 14, "24.5"),
-        ("DP all-reduce, 7B, D=64", 2 * 63 / 64 * 14, "27.6"),
-        ("activation tensor bsh", sbh * BYTES / 1e6, "134"),
-        ("TP all-reduce of bsh, T=4", 2 * (T - 1) / T * sbh * BYTES / 1e6, "201"),
-        ("TP per layer, 4 all-reduces", 4 * 2 * (T - 1) / T * sbh * BYTES / 1e6, "805"),
-        ("Ulysses per layer forward", 4 * (S - 1) / S * sbh / S * BYTES / 1e6, "101"),
-        ("Megatron-SP per layer forward", 4 * (T - 1) / T * sbh * BYTES / 1e6, "403"),
-        ("activations, no parallelism", sbh * (34 + 5 * a * s / h) / 1e9, "7.65"),
-        ("activations, TP", sbh * (10 + 24 / T + 5 * a * s / (h * T)) / 1e9, "2.42"),
-        ("activations, TP+SP", sbh / T * (34 + 5 * a * s / h) / 1e9, "1.91"),
-        ("activations, TP+SP, flash attention", sbh / T * 34 / 1e9, "0.57"),
+        ("ch01-dp-gb", 2 * 7 / 8 * 14),
+        ("ch01-dp-gb-64", 2 * 63 / 64 * 14),
+        ("ch01-act-mb", sbh * BYTES / 1e6),
+        ("ch01-tp-allreduce-mb", 2 * (T - 1) / T * sbh * BYTES / 1e6),
+        ("ch01-tp-layer-mb", 4 * 2 * (T - 1) / T * sbh * BYTES / 1e6),
+        ("ch01-ulysses-mb", 4 * (S - 1) / S * sbh / S * BYTES / 1e6),
+        ("ch01-megatron-sp-mb", 4 * (T - 1) / T * sbh * BYTES / 1e6),
+        ("ch01-act-none-gb", sbh * (34 + 5 * a * s / h) / 1e9),
+        ("ch01-act-tp-gb", sbh * (10 + 24 / T + 5 * a * s / (h * T)) / 1e9),
+        ("ch01-act-tp-sp-gb", sbh / T * (34 + 5 * a * s / h) / 1e9),
+        ("ch01-act-flash-gb", sbh / T * 34 / 1e9),
+        ("ch01-bubble-m8-pct", 100 * 3 / 11),
     ],
 )
-def test_quoted_number_is_the_formula(label, value, text):
-    digits = len(text.split(".")[1]) if "." in text else 0
-    assert f"{value:.{digits}f}" == text, f"{label}: formula gives {value}, page says {text}"
-    assert text in PAGE, f"{label}: {text} no longer appears on the page"
+def test_running_example_is_the_formula_and_the_page_glues_it(key, value):
+    assert running_example()[key] == pytest.approx(value, rel=1e-12)
+    assert f"01_dimensions.ipynb::{key}:" in PAGE, f"the page no longer glues {key}"
+
+
+def test_every_running_example_number_has_a_row():
+    numbers = running_example()
+    assert len(rows(numbers)) == len(numbers)
 
 
 def test_pipeline_answers():
@@ -44,6 +57,29 @@ def test_pipeline_answers():
     assert bubble_fraction(4, 8) == pytest.approx(3 / 11)
     assert min(m for m in range(1, 100) if bubble_fraction(4, m) < 0.1) == 28
     assert "m \\ge 28" in PAGE and "3/11" in PAGE
+
+
+@pytest.mark.parametrize("n", [2, 3, 4, 8])
+def test_ring_allreduce_is_a_reduce_scatter_then_an_all_gather(n):
+    ring = ring_allreduce(n)
+    half = [st for st in ring["steps"] if st["phase"] == "reduce-scatter"]
+    assert len(half) == n - 1
+    after_rs = half[-1]["held"]  # rank r holds chunk r + 1 complete, the others partly
+    assert [[len(w) == n for w in row] for row in after_rs] == [
+        [c == (r + 1) % n for c in range(n)] for r in range(n)
+    ]
+    assert all(len(w) == n for row in ring["steps"][-1]["held"] for w in row)
+    assert abs(ring["values"] - ring["expected"]).max() < 1e-12
+    assert all(sent / n == pytest.approx(bus_factor("all_reduce", n)) for sent in ring["sent"])
+    assert "Exercise 9.** Rank $i$ ends the reduce-scatter with chunk $i + 1$" in PAGE
+
+
+def test_ring_figure_draws_and_a_ring_needs_two_ranks():
+    fig = ring_figure(4)
+    assert len(fig.axes) == 8  # start, 3 + 3 steps, the byte count
+    matplotlib.pyplot.close(fig)
+    with pytest.raises(ValueError, match="at least 2 ranks"):
+        ring_allreduce(1)
 
 
 def _mask_runs(s=4):
@@ -58,17 +94,17 @@ def _mask_runs(s=4):
         {"part": "small", "attn": "sdpa", "losses": [1.0, 0.01], "causal_mask": 4.0},
         {"part": "small", "attn": "eager", "losses": [1.0, 0.8], "causal_mask": 1.0},
     ]  # fmt: skip
-    runs = [{"attn": "sdpa", "losses": [4.9, 4.8, 4.85], "reference": [4.9, 4.7, 4.5]}]
+    runs = [{"attn": "sdpa", "losses": [4.9, 4.85, 4.85], "reference": [4.9, 4.7, 4.5]}]
     return results, runs
 
 
-def test_the_mask_trap_lines_hold_what_the_page_says_and_name_what_does_not():
-    import pytest
-
-    from helpers.chapters.ch01_mask_trap import mask_trap_lines
-
+def test_the_mask_trap_facts_are_read_not_judged():
     results, runs = _mask_runs()
-    assert mask_trap_lines(results, runs)[0].startswith("mask handed to the first layer: eager")
-    results[4]["causal_mask"] = 2.0  # the smaller model no longer fails under a causal mask
-    with pytest.raises(ValueError, match="fails under a causal mask"):
-        mask_trap_lines(results, runs)
+    facts = mask_trap_facts(results, runs)
+    assert facts["eager_mask"] == (8, 1, 4, 4) and facts["sdpa_mask"] is None
+    assert facts["blocked"] == 48 and facts["replayed_steps"] == 2
+    assert facts["replay_gap"] == pytest.approx(0.05)  # 4.8 replayed against 4.85 recorded
+    assert (facts["trap_first"], facts["trap_last"], facts["reference_last"]) == (4.9, 4.85, 4.5)
+    assert facts["small_free"] == 0.01 and facts["small_free_causal"] == 4.0
+    results[4]["causal_mask"] = 0.5  # a fact that contradicts the page is reported all the same
+    assert mask_trap_facts(results, runs)["small_free_causal"] == 0.5

@@ -3,7 +3,8 @@ failure handling."""
 
 import pytest
 
-from helpers.record import ch03, ch03_calibration, ch03_validation
+from helpers.cost import calibration as ch03_calibration
+from helpers.record import ch03, ch03_validation
 from helpers.cost.comm import Link, collective_time
 from helpers.run.launch import launch
 

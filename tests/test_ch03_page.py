@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers.chapters import ch03_earlier, ch03_numbers, ch03_strategy
+from helpers.chapters import ch03_earlier, ch03_numbers, ch03_records, ch03_strategy
 from helpers.cost import comm, memory_plan, planner
 from helpers.cost.step_time import Hardware, members_per_node, plan_layout
 from helpers.parallel.pp import bubble_fraction
@@ -37,8 +37,8 @@ def stored() -> dict:
         for o in c.get("outputs", []) if c["cell_type"] == "code" else []:
             name = o.get("metadata", {}).get("scrapbook", {}).get("name")
             text = o.get("data", {}).get("application/papermill.record/text/plain")
-            if name and text is not None:
-                out[name] = ast.literal_eval("".join(text))
+            if name and text is not None and not "".join(text).startswith("<"):
+                out[name] = ast.literal_eval("".join(text))  # a number or a string, not a display
     return out
 
 
@@ -75,6 +75,8 @@ def test_page_is_complete():
     ):
         assert f"```{{glue}} {key}\n:doc: ../notebooks/03_strategy.ipynb" in PAGE
         assert key in _glued_tables(), key
+    assert "```{glue} ch03_flowchart\n:doc: ../notebooks/03_strategy.ipynb" in PAGE
+    assert "ch03_flowchart" in _glued_tables()
     assert (
         "## Summary" in PAGE
         and "## Exercises" in PAGE
@@ -202,14 +204,14 @@ def test_the_earlier_planner_is_reproduced():
     assert n["ch03-dp-rank-earlier"] == "tenth" and n["ch03-16x1x2-earlier"] == "twelfth"
 
 
-def test_what_changed_note():
-    start = FLAT.index("```{admonition} What changed")
+def test_two_errors_note():
+    """The note on the two modelling errors teaches them; it tells no history of the book."""
+    start = FLAT.index("```{admonition} Two errors a planner can make")
     note = FLAT[start : FLAT.index("```", start + 10)]
-    assert note.startswith("```{admonition} What changed :class: note An earlier version")
     for key in ("dp-rank-earlier", "70b-old", "70b-old-gib", "70b-old-now-gib", "70b-held-gib"):
         assert f"::ch03-{key}:" in note, key
     assert "does not fit" in note and "latency on the critical path" in note
-    for word in ("commit", "issue", "CI ", "pull request"):
+    for word in ("commit", "issue", "CI ", "pull request", "edition", "earlier version"):
         assert word not in note
 
 
@@ -247,7 +249,11 @@ def test_the_70b_picks_and_their_memory():
     assert not hsdp and n["ch03-70b-hsdp-layouts"] > 0 and n["ch03-70b-hsdp-gib"] > 80
     first_sg = next(i for i, p in enumerate(fits) if p.layout.sp_mode == "split_gather")
     assert n["ch03-70b-sg-rank"] == ch03_strategy.ordinal(first_sg + 1)
-    assert "2.5 GiB outside the allocator" in FLAT
+    assert f"{g('outside-gib', '.1f')} GiB outside the allocator" in FLAT
+    outside = ch03_records.outside_allocator_numbers()
+    assert Hardware().overhead_gib >= max(outside.values())
+    assert stored()["ch03-outside-gib"] == Hardware().overhead_gib
+    assert all(stored()[k] == v for k, v in outside.items())
     assert f"The first is {g('70b-first')} with {g('70b-first-sharding')}" in FLAT
 
 
@@ -332,7 +338,7 @@ def test_exercise_9_node_egress():
 
 
 def test_exercise_10_held_gradients():
-    assert "10. The earlier edition's pick for Llama-2-70B" in FLAT
+    assert "10. The pick of the planner with the two errors for Llama-2-70B" in FLAT
     answer = FLAT[FLAT.index("- **Exercise 10.**") :]
     assert "::ch03-70b-held-gib:" in answer and "::ch03-70b-same-sharding:" in answer
 
@@ -347,48 +353,46 @@ def _recorded(name):
 
 
 def test_collective_claims_match_the_record():
-    from helpers.record import ch03_calibration
+    from helpers.cost import calibration as ch03_calibration
 
     rows = ch03_calibration.measured_collectives(_recorded("ch03_collectives")["runs"])
     table, link = ch03_calibration.collective_table(rows)
     held = [r for r in table if r["size_bytes"] >= 2**20 and r["role"] == "held out"]
-    assert (
-        len(held) == 22
-        and all(abs(r["error %"]) <= 25 for r in held)
-        and "All 22 held-out rows" in PAGE
-    )
+    assert len(held) == 22 and all(abs(r["error %"]) <= 25 for r in held)
     worst = ch03_calibration.worst_error(table)
-    assert (worst["collective"], worst["size"], worst["error %"]) == ("all_reduce", "1M", -23.7)
-    assert "**The worst is the all-reduce at 1 MiB,\n−23.7 %**" in PAGE
+    assert (worst["collective"], worst["size"]) == ("all_reduce", "1M")  # the page names it
+    assert "**The worst is the all-reduce at 1 MiB," in FLAT
     big = ch03_calibration.worst_error(table, 16 * 2**20)
-    assert (big["collective"], big["size"], big["error %"]) == ("reduce_scatter", "64M", -19.6)
-    assert (
-        f"α = {link.latency_s * 1e6:.0f} µs and β = {link.bandwidth_bytes_per_s / 1e9:.0f} GB/s"
-        in FLAT
-    )
+    assert (big["collective"], big["size"]) == ("reduce_scatter", "64M")
     naive, _ = ch03_calibration.collective_table(rows, "alpha_beta")
     w = ch03_calibration.worst_error(naive)
-    assert (w["collective"], w["size"], round(w["error %"])) == ("all_to_all", "1M", -33)
+    assert (w["collective"], w["size"]) == ("all_to_all", "1M") and "off by a third" in FLAT
+    fresh = ch03_records.collective_numbers(rows)
+    assert all(stored()[k] == v for k, v in fresh.items())  # the stored glue is this record's
 
 
 def test_share_claims_match_the_record():
-    res = {
-        (r["layout"], r["global_batch"]): r for r in _recorded("ch03_share")["runs"][0]["results"]
-    }
-    shares = {k: round(r["share"], 2) for k, r in res.items()}
-    assert max(shares.values()) == 0.22 and min(shares.values()) == 0.0
-    for tp, dp in ((("tp", 2), ("dp", 2)), (("tp", 8), ("dp", 8)), (("tp", 32), ("dp", 32))):
-        assert shares[dp] < shares[tp] and f"{shares[tp]:.2f} → {shares[dp]:.2f}" in PAGE
-    assert shares[("ddp", 32)] == 0.13 and shares[("dp", 32)] == 0.04
-    assert (
-        round(res[("tp", 32)]["tokens_per_s"] / 1e3) == 467
-        and round(res[("dp", 32)]["tokens_per_s"] / 1e3) == 694
-    )
-    assert round(res[("dp", 32)]["t_comm"] * 1e3, 2) == 0.89 and "0.89 ms" in PAGE
+    from helpers.cost import calibration as ch03_calibration
+
+    results = _recorded("ch03_share")["runs"][0]["results"]
+    res = {(r["layout"], r["global_batch"]): r for r in results}
+    for b in (2, 8, 32):  # "Lower TP": the share falls at every batch
+        assert res[("dp", b)]["share"] < res[("tp", b)]["share"]
+    assert res[("ddp", 32)]["share"] > res[("dp", 32)]["share"]  # overlap did not pay here
+    assert max(r["share"] for r in results) < 0.5
+    coll = ch03_calibration.measured_collectives(_recorded("ch03_collectives")["runs"])
+    _, link = ch03_calibration.collective_table(coll)
+    floors = ch03_calibration.host_floors(coll)
+    dp32 = res[("dp", 32)]
+    ar = ch03_calibration.predict("all_reduce", dp32["comm_bytes"], 2, link, "host_floor", floors)
+    fresh = ch03_records.share_numbers(results, ar)
+    assert all(stored()[k] == v for k, v in fresh.items())
+    assert f"({g('share-tp-2', '.2f')} → {g('share-dp-2', '.2f')}," in FLAT
 
 
 def test_validation_claims_match_the_record():
-    from helpers.record import ch03_calibration, ch03_validation
+    from helpers.cost import calibration as ch03_calibration
+    from helpers.record import ch03_validation
 
     coll = ch03_calibration.measured_collectives(_recorded("ch03_collectives")["runs"])
     _, link = ch03_calibration.collective_table(coll)
@@ -398,25 +402,31 @@ def test_validation_claims_match_the_record():
         r["layout"]: 100 * (r["planner GiB"] - r["measured GiB"]) / r["measured GiB"] for r in rows
     }
     worst = max(errors, key=lambda k: abs(errors[k]))
-    assert worst == "sp=2 all_to_all" and round(errors[worst], 1) == 6.8
-    assert all(abs(x) < 7 for x in errors.values())
-    assert sum(abs(x) <= 2 for x in errors.values()) == 4
-    assert -round(errors["tp=2 + split_gather SP"], 1) == 1.9
+    assert worst == "sp=2 all_to_all"  # the page names it
     # the stored glue is this record's
     val = ch03_numbers.validation_numbers(rows)
     for key, value in val.items():
         assert stored()[key] == value, key
-    assert val["ch03-val-bound-pct"] == 7.0 and val["ch03-val-within2"] == 4
     assert f"within {g('val-bound-pct', '.0f')} % on all eight layouts" in FLAT
     assert f"is Ulysses, {g('val-worst-pct', '+.1f')} %" in FLAT
     assert len(rows) == 8 and all("measured rank" in r for r in rows)
     top5 = sorted(rows, key=lambda r: r["measured rank"])[:5]
     assert all(r["planner rank"] == r["measured rank"] for r in top5)
-    assert (
-        round(ch03_validation.rank_agreement(rows), 2) == 0.93
-        and "Spearman's rank correlation over\nall eight is 0.93" in PAGE
-    )
     slowest = max(rows, key=lambda r: r["measured ms"])
-    assert slowest["layout"] == "pp=2, m=8"
-    below = [1 - r["planner ms"] / r["measured ms"] for r in rows if r["layout"] != "pp=2, m=8"]
-    assert 0.33 < min(below) and max(below) < 0.42
+    assert slowest["layout"] == "pp=2, m=8"  # "is measured slowest"
+    assert stored()["ch03-val-spearman"] == round(ch03_validation.rank_agreement(rows), 2)
+
+
+def test_the_flowchart_is_the_planner_s_rules():
+    """Every rule box is a rule object of the planner, in its order, and the boxes account for every
+    candidate the planner drops (a small case, to stay fast)."""
+    from helpers.figures import layout_flowchart
+    from helpers.parallel.layout_rules import LAYOUT_RULES
+
+    f = layout_flowchart.flow(planner.VALIDATION_0B5, 8, 16)
+    rules = [s.label for s in f.stages if s.kind == "rule"]
+    names = [r.name for r in LAYOUT_RULES]
+    assert rules[: len(names)] == names
+    assert rules[len(names) + 1 : -1] == [r.name for r in planner.GEMINI_RULES]
+    assert f.valid == f.planner_count and f.fit == len(f.planner_fits)
+    assert sum(s.dropped for s in f.stages if s.kind == "rule") == f.enumerated - f.fit

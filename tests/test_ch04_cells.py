@@ -50,3 +50,10 @@ def test_dry_run_line_spells_out_the_last_step():
         "HybridParallelPlugin on nccl: 1 step, loss 4.89, 2.3 samples/s (73 tokens/s), "
         "GPU peak 65 MiB, NCCL busy 0.4% of the step; checkpoint step_00000001 written"
     )
+
+
+def test_wrap_fits_the_page_and_keeps_words_whole():
+    message = "parallelism.tensor = 3: " + "does not divide model.heads = 8; " * 6
+    text = config_show.wrap(message)
+    assert all(len(line) <= 100 for line in text.splitlines())
+    assert " ".join(text.split()) == " ".join(message.split())  # nothing lost, nothing cut

@@ -18,11 +18,9 @@ import pytest
 import torch
 
 from helpers.train import checkpoint as ckpt
-from helpers.chapters.ch05_launch import (
-    compare_final_weights,
-    hostfile_commands,
-    losses_from_lines,
-)
+from helpers.chapters.ch05_launch import hostfile_commands
+from helpers.train.weights import compare_final_weights
+from helpers.run.env import losses_from_lines
 from helpers.config.loading import load_config
 from helpers.config.plugin import build_plugin
 from helpers.run.failure import LAUNCHER, failing_rank as _failing_rank

@@ -47,7 +47,8 @@ def test_gemini_columns_are_the_keys_of_every_run_that_ran():
 def test_the_live_table_names_the_runs_cpu_run_launches():
     rows = live.rows("06_frameworks", also=frameworks_show.LAUNCHES)
     assert [(r["run"], r["ranks"], r["0 GPUs"], r["2 GPUs"]) for r in rows] == [
-        ("ch08_train", 2, "CPU, gloo", "GPU, NCCL")
+        ("ch08_train", 2, "CPU, gloo", "GPU, NCCL"),
+        ("ch06_deepspeed", 2, "CPU, gloo", "GPU, NCCL"),
     ]
     nb = json.loads((ROOT / "notebooks" / "06_frameworks.ipynb").read_text())
     top = "".join("".join(c["source"]) for c in nb["cells"][:3] if c["cell_type"] == "code")

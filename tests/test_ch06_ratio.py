@@ -1,14 +1,13 @@
 """Chapter 6's ZeRO-2 / FSDP2 ratio beside Chapter 8's parity (helpers.chapters.ch06_frameworks
-.ratio_rows): computed from the records, quoted by the page with its micro-batch, and cited so by
-the decision table."""
+.ratio_rows, .equal_rows): computed from the records, shown after the equal-knob comparison, and
+cited so by the decision table."""
 
-import re
 from pathlib import Path
 
 import pytest
 
 from helpers.chapters import ch06_frameworks as show
-from helpers.config.framework_choice import decision_rows
+from helpers.chapters.ch06_choice import decision_rows
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGE = ROOT / "book" / "06_frameworks.md"
@@ -50,8 +49,9 @@ def test_ratio_rows_from_synthetic_records():
     assert rows[1]["ZeRO-2 / FSDP2"] == "0.995"  # per GPU: medians 1000 / 1005
     assert rows[1]["exposed comm ms (FSDP2 / ZeRO-2)"] == "1.5 / 4.0"
     text = decision_rows([], {}, rows)[0]["evidence"]
-    assert "1.27× FSDP2's throughput at 4 sequences per GPU" in text
-    assert "0.995× at 16" in text
+    equal, unequal = "0.995× FSDP2's throughput at 16 sequences per GPU", "1.27× FSDP2's"
+    assert equal in text and unequal in text and "at 4 sequences per GPU" in text
+    assert text.index(equal) < text.index(unequal)  # the equal knobs lead
 
 
 @pytest.fixture(scope="module")
@@ -69,23 +69,35 @@ def test_the_ratio_falls_to_parity_with_the_micro_batch(recorded):
     assert abs(float(recorded[-1]["ZeRO-2 / FSDP2"]) - 1) < 0.01
 
 
-def test_page_quotes_the_ratios_and_the_exposed_communication(recorded):
-    text = " ".join(PAGE.read_text().split())
-    for r in recorded:
-        assert r["ZeRO-2 / FSDP2"] in text, r
-    fsdp, zero = recorded[0]["exposed comm ms (FSDP2 / ZeRO-2)"].split(" / ")
-    assert f"({fsdp} against {zero} ms at 4 sequences per GPU)" in text
-    assert "```{glue} ch06-ratio" in PAGE.read_text()
-
-
-def test_every_1_27_on_the_page_says_at_which_micro_batch():
-    text = " ".join(PAGE.read_text().split())
-    for m in re.finditer(r"1\.27\b", text):
-        near = text[max(0, m.start() - 300) : m.end() + 300]
-        assert "4 sequences per GPU" in near, near
+def test_the_page_leads_with_the_equal_knobs():
+    """The comparison's tables: the head-to-heads with the same knobs before the first recording
+    (unequal knobs) and before the ratio across records."""
+    text = PAGE.read_text()
+    assert text.index("```{glue} ch06-equal") < text.index("```{glue} ch06-compare")
+    assert text.index("```{glue} ch06-equal") < text.index("```{glue} ch06-ratio")
 
 
 def test_decision_table_cites_the_ratio_with_its_micro_batch(recorded):
     evidence = decision_rows()[0]["evidence"]
-    assert "at 4 sequences per GPU" in evidence and "at 16 with the same knobs" in evidence
-    assert "parity" in evidence
+    assert "at 4 sequences per GPU" in evidence and "with the same knobs in both" in evidence
+    assert "parity" in evidence and "16 sequences per GPU" in evidence
+
+
+def _summary(name, tps, mfu=0.5, framework="fsdp2"):
+    row = {"name": name, "ok": True, "loss_ok": True, "framework": framework}
+    return {"summary": {**row, "tokens_per_s_per_gpu": tps, "mfu": mfu, "mfu_all_params": mfu}}
+
+
+def test_equal_rows_claim_a_lead_only_beyond_the_spread():
+    name, gpus, zero, fsdp, _ = show.EQUAL[1]
+    round_ = " · round "
+    runs = [
+        _summary(f"{zero}{round_}{k}", t, framework="colossal") for k, t in ((1, 104), (2, 105))
+    ]
+    runs += [_summary(f"{fsdp}{round_}{k}", t) for k, t in ((1, 100), (2, 90))]
+    [row] = show.equal_rows({name: {"runs": runs}})
+    assert row["ZeRO-2 / FSDP2"] == "1.100" and row["lead"] == "within the spread: none"
+    runs[2:] = [_summary(f"{fsdp}{round_}{k}", t) for k, t in ((1, 100), (2, 99))]
+    [row] = show.equal_rows({name: {"runs": runs}})
+    assert row["lead"] == "beyond the spread" and row["GPUs"] == gpus
+    assert show.equal_rows({}) == []

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from helpers.chapters import ch07_memory as memory_show
-from helpers.config.shape import ModelShape
+from helpers.models.shape import ModelShape
 
 BOOK = ModelShape.llama(layers=2, hidden=128, heads=4, kv_heads=4, vocab=512)
 GQA = ModelShape.llama(layers=3, hidden=96, heads=6, kv_heads=2, vocab=300)
@@ -33,3 +33,18 @@ def test_eager_attention_saves_more_than_sdpa():
     ids = _ids(BOOK, 3, 40)
     eager = memory_show.saved_bytes(BOOK, ids, torch.bfloat16, "eager")
     assert eager > memory_show.saved_bytes(BOOK, ids, torch.bfloat16, "sdpa")
+
+
+def test_one_step_traced_peaks_at_the_start_of_backward():
+    from helpers.train.memory_phases import bf16_llama_step, step_trace, trace_facts
+
+    shape = ModelShape.llama(layers=1, hidden=32, heads=2, kv_heads=2, vocab=256)
+    b, s = 2, 16
+    trace = step_trace(*bf16_llama_step(shape, b, s))
+    facts = trace_facts(trace)
+    at = facts["at_peak"]
+    assert facts["peak_phase"] == "backward" and at["Gradient"] == 0
+    assert at["Temp"] == 8 * b * s * shape.vocab  # the NLL's and the log-softmax's fp32 gradients
+    assert facts["activations_after_backward"] == 0 and facts["end"] == facts["start"]
+    assert facts["gradients_after_backward"] == at["Parameter"]
+    assert list(trace["ends"]) == ["forward", "backward", "optimizer step", "zero_grad"]

@@ -8,9 +8,10 @@ import torch
 
 from helpers.record.ch07_layouts import LAYOUTS, QUICK, layout_named
 from helpers.record.ch07_tables import summary
+from helpers.run.cli import add_layout
 from helpers.run.launch import launch
-from helpers.config.layout import CH07_SHAPE, CPU_SHAPE, TrainLayout, plugin_spec
-from helpers.config.shape import ModelShape
+from helpers.parallel.train_layout import CH07_SHAPE, CPU_SHAPE, TrainLayout, plugin_spec
+from helpers.models.shape import ModelShape
 from helpers.cost.census import count_saved_bytes
 from helpers.cost.memory_llama import (
     head_activation_bytes,
@@ -86,7 +87,7 @@ def test_layout_round_trips_through_the_command_line(layout):
     import argparse
 
     parser = argparse.ArgumentParser()
-    TrainLayout.add_arguments(parser)
+    add_layout(parser, TrainLayout)
     assert TrainLayout.from_namespace(parser.parse_args(layout.to_args())) == layout
     assert TrainLayout.from_dict(layout.__dict__ | {"shape": layout.shape.__dict__}) == layout
 
@@ -223,7 +224,7 @@ def test_figures_and_tables_from_a_record():
     import matplotlib
 
     matplotlib.use("Agg")
-    from helpers.record.ch07_figures import accuracy_figure, technique_figure
+    from helpers.figures.ch07_memory import accuracy_figure, technique_figure
     from helpers.record.ch07_layouts import TECHNIQUES
     from helpers.record.ch07_tables import technique_rows, worst_error
 

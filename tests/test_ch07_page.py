@@ -1,134 +1,107 @@
-"""The numbers Chapter 7's page quotes are recomputed here from the functions that produce them."""
+"""Chapter 7's page: the worked answers it types are the functions' values, every glued key it
+shows exists in the notebook, and the figures and numbers helpers give what the page states."""
 
+import json
+import re
 from pathlib import Path
 
-import pytest
-
-from helpers.cost import memory
-from helpers.config.layout import CH07_SHAPE
-from helpers.cost.chunks import gemini_chunks, parameter_sizes
+from helpers.chapters.ch07_numbers import model_numbers, page_world_rows
 from helpers.cost.memory_llama import layer_activation_bytes
+from helpers.figures.zero_stages import FSDP, MEGATRON, kept_per_rank
+from helpers.parallel.train_layout import CH07_SHAPE
 
-PAGE = (Path(__file__).resolve().parent.parent / "book" / "07_memory.md").read_text()
-NUMBER_WORDS = {13: "Thirteen", 16: "Sixteen"}
+ROOT = Path(__file__).resolve().parent.parent
+PAGE = (ROOT / "book" / "07_memory.md").read_text()
+APPENDIX = (ROOT / "book" / "measured" / "ch07.md").read_text()
+NOTEBOOK = ROOT / "notebooks" / "07_memory.ipynb"
 MIB, GIB = 2**20, 2**30
-SHAPE = CH07_SHAPE
 N = 4 * 1024  # tokens of one micro-batch
-H = SHAPE.hidden
 
 
-def per_token_h(e, attn="sdpa", seq=1024, tokens=N):
-    return layer_activation_bytes(SHAPE, tokens, seq, e, attn=attn) / tokens / H
+def _glued_names() -> set[str]:
+    cells = json.loads(NOTEBOOK.read_text())["cells"]
+    return {
+        o["metadata"]["scrapbook"]["name"]
+        for c in cells
+        for o in c.get("outputs", [])
+        if o.get("metadata", {}).get("scrapbook")
+    }
 
 
-@pytest.mark.parametrize(
-    "label, value, text",
-    [
-        ("seed, one replica", memory.seed_estimate_memory(7, 1, 1), "112"),
-        ("seed, T=4 P=2", memory.seed_estimate_memory(7, 4, 2), "14"),
-        ("12Nv in GiB", 12 * N * SHAPE.vocab / GIB, "1.46"),
-        ("bf16 layer, h per token", per_token_h(2), "48"),
-        ("fp32 layer, h per token", per_token_h(4), "87"),
-        ("eager layer, h per token", per_token_h(2, "eager"), "142"),
-        (
-            "eager core, h per token",
-            (per_token_h(2, "eager") - per_token_h(2)) + 2 + 4 * 16 / H,
-            "96",
-        ),
-        (
-            "exercise 1, ZeRO-1 D=8",
-            sum(memory.model_states(7e9, "bf16", 1, dp=8, tp=4, pp=2)) / 1e9,
-            "4.8",
-        ),
-        ("exercise 2, MiB per layer", layer_activation_bytes(SHAPE, N, 1024, 2) / MIB, "190"),
-        ("exercise 2, 12Nv MiB", 12 * N * SHAPE.vocab / MIB, "1500"),
-        (
-            "exercise 2, layers",
-            12 * N * SHAPE.vocab / layer_activation_bytes(SHAPE, N, 1024, 2),
-            "7.9",
-        ),
-        ("exercise 3, GiB more", 12 * N * 96_000 / GIB, "4.4"),
-        ("exercise 6, eager core GiB", 6 * 4 * 16 * 4096**2 / GIB, "6"),
-        ("Gemini chunk, M elements", gemini_chunks(SHAPE, 2)[0] / 1e6, "50.6"),
-        (
-            "Gemini padding %",
-            100
-            * (
-                gemini_chunks(SHAPE, 2)[0]
-                * gemini_chunks(SHAPE, 2)[1]
-                / sum(parameter_sizes(SHAPE))
-                - 1
-            ),
-            "9.7",
-        ),
-    ],
-)
-def test_quoted_number_is_the_function(label, value, text):
-    digits = len(text.split(".")[1]) if "." in text else 0
-    assert f"{value:.{digits}f}" == text, f"{label}: the code gives {value}, the page says {text}"
-    assert text in PAGE, f"{label}: {text} no longer appears on the page"
+def test_every_key_the_pages_show_is_glued_by_the_notebook():
+    used = set(re.findall(r"07_memory\.ipynb::([\w-]+):", PAGE))
+    used |= set(re.findall(r"```\{glue(?::figure)?\} ([\w-]+)", PAGE + APPENDIX))
+    assert used and used <= _glued_names(), sorted(used - _glued_names())
 
 
-def test_exercise_six_ratio_and_chunk_count():
-    rest = per_token_h(2, "eager", seq=4096, tokens=4 * 4096) * H * 4 * 4096 - 6 * 4 * 16 * 4096**2
-    assert 7.5 < 6 * 4 * 16 * 4096**2 / rest < 9  # "about eight times"
-    assert gemini_chunks(SHAPE, 2)[1] == 8 and "8 chunks" in PAGE
-    assert "This chapter is an outline" not in PAGE
+def test_worked_answers_are_the_functions():
+    layer = layer_activation_bytes(CH07_SHAPE, N, 1024, 2)
+    loss = 12 * N * CH07_SHAPE.vocab
+    assert round(layer / MIB, -1) == 190 and "about 190 MiB per layer" in PAGE
+    assert round(loss / MIB) == 1500 and "$= 1500$ MiB" in PAGE
+    assert f"{12 * N * 96_000 / GIB:.1f}" == "4.4" and "\\approx 4.4$ GiB" in PAGE
+    rest = layer / N / CH07_SHAPE.hidden - (2 + 4 * 16 / CH07_SHAPE.hidden)  # without sdpa core
+    assert f"{rest:.1f}" == "45.5" and "$45.5h$" in PAGE
+    assert 6 * 4 * 16 * 4096**2 == 6 * GIB
 
 
-def _measured():
-    from helpers.record.ch07_tables import measured_rows
-    from helpers.record.results import load
-
-    try:
-        return {r["layout"]: r for r in measured_rows(load("ch07_memory", gpus=2))}
-    except FileNotFoundError:
-        return None
+def test_the_eager_ratio_is_about_two_not_three():
+    n = model_numbers()
+    assert 2.05 < n["ch07-eager-ratio"] < 2.15 and "three times" not in PAGE
+    assert n["ch07-gemini-chunks"] == 8 and round(n["ch07-gemini-pad-pct"], 1) == 9.7
 
 
-@pytest.mark.skipif(_measured() is None, reason="no recorded GPU result")
-def test_measured_numbers_on_the_page_come_from_the_record():
-    m = _measured()
-    base = m["DDP fp32"]
-    ratio = lambda name, key: m[name][key] / base[key]  # noqa: E731
-    quoted = [
-        (len(m), "Sixteen"),
-        (max(abs(r["error_pct"]) for r in m.values()), "1.9"),
-        (m["Gemini bf16 (static)"]["measured"] / GIB, "8.7"),
-        (ratio("Gemini bf16 (static)", "tokens_per_s"), "0.37"),
-        (m["Gemini bf16 + offload"]["measured"] / GIB, "6.5"),
-        (ratio("Gemini bf16 + offload", "measured"), "0.43"),
-        (ratio("Gemini bf16 + offload", "tokens_per_s"), "0.05"),
-        (m["Gemini bf16 (auto)"]["measured"] / GIB, "6.8"),
-        (ratio("DDP bf16 (Hybrid tp=1)", "measured"), "0.78"),
-        (ratio("DDP bf16 (Hybrid tp=1)", "tokens_per_s"), "1.32"),
-        (ratio("ZeRO-1 bf16", "measured"), "0.59"),
-        (ratio("ZeRO-1 bf16", "tokens_per_s"), "0.67"),
-        (ratio("ZeRO-1 bf16 + recompute", "measured"), "0.30"),
-        (ratio("ZeRO-2 bf16 + CPU offload", "measured"), "0.45"),
-        (ratio("ZeRO-2 bf16 + CPU offload", "tokens_per_s"), "0.09"),
-        (m["ZeRO-1 bf16 + recompute"]["tokens_per_s"] / m["ZeRO-1 bf16"]["tokens_per_s"], "0.78"),
-        (m["ZeRO-2 bf16 + CPU offload"]["tokens_per_s"] / m["ZeRO-2 bf16"]["tokens_per_s"], "0.13"),
-        (
-            (m["ZeRO-2 bf16, eager attention"]["measured"] - m["ZeRO-2 bf16"]["measured"]) / GIB,
-            "8.8",
-        ),
-        ((m["ZeRO-2 bf16, micro-batch 8"]["measured"] - m["ZeRO-2 bf16"]["measured"]) / GIB, "6"),
-        (
-            100
-            * (
-                m["ZeRO-2 bf16, micro-batch 8"]["tokens_per_s"] / m["ZeRO-2 bf16"]["tokens_per_s"]
-                - 1
-            ),
-            "69",
-        ),
+def test_the_zero_speed_gap_is_not_explained_by_buckets_and_the_norm():
+    section = PAGE.split("## The techniques side by side")[1].split("\n## ")[0]
+    assert "Why is not\n  measured" in section or "Why is not measured" in " ".join(section.split())
+    assert "cost more than\n  PyTorch DDP's all-reduce" not in section
+
+
+def test_what_each_rank_keeps():
+    kept = {
+        k: sum(v[s][0] for s in ("parameters", "gradients", "optimizer states"))
+        for k, v in kept_per_rank(8).items()
+    }
+    assert kept["ZeRO-1"] == 4 + 12 / 8 and kept["ZeRO-3"] == 2
+    assert kept[FSDP] == 2 and kept[MEGATRON] == 6 + 12 / 8
+    assert not kept_per_rank(8)[MEGATRON]["gradients"][2]  # the fp32 gradient buffer is whole
+
+
+def test_the_page_keeps_bookkeeping_in_the_appendix():
+    for word in ("numpy", "json", "GPU time", "at recording", "budget"):
+        assert word not in PAGE, word
+    assert "numpy integers" in APPENDIX and "error % at recording" not in PAGE
+
+
+def test_world_rows_hide_the_recorders_reasons():
+    rows = [
+        {"layout": "a", "2×H200 measured GiB": "1.00", "1×H200 measured GiB": "not run: x budget"},
+        {"layout": "b", "1×H200 measured GiB": "not run: needs 2 GPUs (tp·pp = 2)", "note": "n"},
     ]
-    for value, text in quoted:
-        if isinstance(value, int):
-            assert text == NUMBER_WORDS[value] and text in PAGE
-            continue
-        digits = len(text.split(".")[1]) if "." in text else 0
-        assert f"{value:.{digits}f}" == text, (value, text)
-        assert text in PAGE, text
-    outside = [r["outside_allocator"] / GIB for r in m.values()]
-    assert f"{min(outside):.1f}–{max(outside):.1f} GiB" in PAGE
+    page, why = page_world_rows(rows)
+    assert page[0]["1×H200 measured GiB"] == "not measured" and "note" not in page[1]
+    assert page[1]["1×H200 measured GiB"] == "needs 2 GPUs" and len(why) == 2
+
+
+def test_the_one_gpu_numbers_are_glued_from_the_record():
+    from helpers.record import ch07_world
+    from helpers.record.results import find
+
+    one, two = find("ch07_memory", gpus=1), find("ch07_memory", gpus=2)
+    if one is None or two is None:
+        return
+    rows = {r["layout"]: r for r in ch07_world.world_rows(one, two)}
+    cells = json.loads(NOTEBOOK.read_text())["cells"]
+    glued = {
+        o["metadata"]["scrapbook"]["name"]: float(
+            "".join(o["data"][o["metadata"]["scrapbook"].get("mime_prefix", "") + "text/plain"])
+        )
+        for c in cells
+        for o in c.get("outputs", [])
+        if o.get("metadata", {}).get("scrapbook", {}).get("name", "").startswith("ch07-one-")
+    }
+    for key, layout in (("ddp", "DDP fp32"), ("bf16", "DDP bf16 (Hybrid tp=1)")):
+        assert f"{glued[f'ch07-one-{key}-gib']:.2f}" == rows[layout]["1×H200 measured GiB"]
+        assert f"ch07-one-{key}-gib:.2f" in PAGE
+    z1, z2 = (float(rows["ZeRO-2 bf16"][f"{b} measured GiB"]) for b in ("1×H200", "2×H200"))
+    assert abs(glued["ch07-one-zero2-more-gib"] - (z1 - z2)) < 0.01

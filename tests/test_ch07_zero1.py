@@ -10,13 +10,8 @@ import pytest
 import torch
 
 from helpers.run.launch import LaunchError, launch
-from helpers.cost.memory import model_states
-from helpers.parallel.zero import (
-    adam_step_,
-    comm_bytes_per_step,
-    flat_layout,
-    predicted_optimizer_bytes,
-)
+from helpers.cost.memory import model_states, predicted_optimizer_bytes
+from helpers.parallel.zero import adam_step_, comm_bytes_per_step, flat_layout
 
 TOL = 1e-5  # the demo's own fp32 tolerance on the CPU
 PSI = 8 * 32 + 32 + 32 + 1  # the demo's MLP 8 -> 32 -> 1: 321 parameters

@@ -1,5 +1,6 @@
 """Chapter 8's notebook glue (helpers.chapters.ch08_labs) on hand-made lab runs: the RESULT line
-read back, the kernel-lock lines as the notebook printed them, and the table of verdicts."""
+read back, verdicts printed within the page's width, the steps each rank finished, and the table
+of verdicts."""
 
 import json
 
@@ -14,20 +15,6 @@ def _run(name: str, log: str, kind: str = "none", fix: str = "") -> LabRun:
     return LabRun(name, ["python"], 0, 1.0, log, Diagnosis(kind, "", fix, ""))
 
 
-KERNEL_LOCK = {
-    "held_by_run1": True,
-    "kept_while_held": True,
-    "run1_exit": -9,
-    "lock_left": True,
-    "run2_silent": True,
-    "stale_found": 1,
-    "removed": 1,
-    "run3_exit": 0,
-    "run3_finished": True,
-    "lock_after": False,
-}
-
-
 def test_lab_result_reads_the_first_result_line():
     log = "step 1\nRESULT " + json.dumps({"rank": 0, "a": 1}) + '\nRESULT {"rank": 1}\n'
     assert labs_show.lab_result(_run("x", log)) == {"rank": 0, "a": 1}
@@ -35,14 +22,22 @@ def test_lab_result_reads_the_first_result_line():
         labs_show.lab_result(_run("x", "step 1\nstep 2\n"))
 
 
-def test_kernel_lock_lines_are_what_print_wrote():
-    lines = labs_show.kernel_lock_lines(KERNEL_LOCK, "none")
-    assert lines == [
-        "run 1 held the lock: True | kept while it lived: True | run 1 exit code: -9 "
-        "| lock left behind: True",
-        "run 2 silent until the timeout: True | stale locks found: 1 | removed: 1",
-        "run 3 exit code: 0 | finished: True | lock after: False | diagnosis: none",
-    ]
+def test_verdicts_fit_the_page():
+    """A diagnosis is printed within the page's 100 columns, long paths broken."""
+    d = Diagnosis("stale_kernel_lock", "a run was killed " * 12, "rm /tmp/" + "x" * 150, "")
+    lines = labs_show.verdict(d).splitlines()
+    assert lines[0].startswith("stale_kernel_lock | a run was killed")
+    assert any(ln.startswith("fix: rm /tmp/") for ln in lines)
+    assert max(map(len, lines)) <= labs_show.WIDTH
+    assert labs_show.verdict(Diagnosis("none", "no failure in the log", "", "")) == (
+        "none | no failure in the log"
+    )
+
+
+def test_steps_done_reads_each_ranks_step_lines():
+    log = "rank 0 step 0 loss 1\nrank 1 step 1: no batch\nrank 1 step 1 loss 2\n"
+    log += "rank 0 step 1 loss 3\n"
+    assert labs_show.steps_done(log) == {0: [0, 1], 1: [1]}
 
 
 def test_every_lab_has_an_expected_kind_and_rows_keep_the_order():

@@ -1,7 +1,7 @@
 """Chapters 6 and 8 show the recorded GPU runs (results/<gpus>/ch08_*.json): every glued key is
-in the stored notebook, no page still waits for a recording, the numbers quoted are the record's,
-the decision table's evidence is computed from it, and a run with a wrong loss is flagged by
-code."""
+in the stored notebook, no page still waits for a recording, the decision table's evidence is
+computed from the record, and a run with a wrong loss is flagged by code. (The numbers the pages
+quote are glued from the notebooks: tests/test_ch08_numbers.py and tests/test_reader_pages.py.)"""
 
 import json
 import math
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from helpers.chapters import ch08_troubleshooting as show
-from helpers.config.framework_choice import decision_rows
+from helpers.chapters.ch06_choice import decision_rows
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = {
@@ -170,95 +170,3 @@ def test_decision_evidence_synthetic():
     assert "MFU 10.0 %" in rows[0]["evidence"] and "1.50× FSDP2" in rows[0]["evidence"]
     assert "INVALID (loss not finite from step 2 on)" in rows[1]["evidence"]
     assert all("not recorded" in r["evidence"] for r in decision_rows([])[:3])
-
-
-# -- numbers quoted on the pages -------------------------------------------------------------------
-def _quoted(page: str, texts: list[str]):
-    text = " ".join((ROOT / page).read_text().split())  # line breaks of the page do not matter
-    missing = [t for t in texts if " ".join(t.split()) not in text]
-    assert not missing, f"{page} does not quote {missing}"
-
-
-@needs_records
-def test_chapter6_quotes_the_record():
-    r = {w: _run("compare", w)["results"][0] for w in ("FSDP2", "LowLevelZero", "tp=2", "Gemini")}
-    texts = [f"{x['tokens_per_s']:,} tokens/s" for x in r.values()] + [
-        f"MFU {100 * x['mfu']:.1f} %" for x in r.values()
-    ]
-    texts.append(f"{r['LowLevelZero']['tokens_per_s'] / r['FSDP2']['tokens_per_s']:.2f} times")
-    g = [x["results"] for x in [_run("compare", "Gemini")]][0]
-    mean = [round((a + b) / 2, 3) for a, b in zip(g[0]["losses"][:2], g[1]["losses"][:2])]
-    texts.append(f"{mean[0]:.3f}, {mean[1]:.3f}, then NaN")
-    texts.append("reference reads " + ", ".join(f"{x:.3f}" for x in g[0]["reference"]))
-    assert _json("compare")["runs"][0]["info"]["deepspeed_importable"] is False
-    texts.append("`deepspeed_importable: false`")
-    _quoted("book/06_frameworks.md", texts)
-
-
-@needs_records
-def test_chapter6_exercise_six_arithmetic():
-    fsdp = _run("compare", "FSDP2")["results"][0]
-    flops = fsdp["mfu"] * 2 * 989.5e12 / fsdp["tokens_per_s"]
-    attention = 12 * 16 * 2048 * 2048
-    n = (flops - attention) / 6
-    assert f"{flops / 1e9:.2f}" == "6.06" and f"{attention / 1e9:.2f}" == "0.81"
-    assert abs(n - (fsdp["params"] - 32000 * 2048)) / n < 0.01
-    _quoted("book/06_frameworks.md", ["6.06 GFLOP", "0.81 GFLOP", "0.875 B", "65.5 M"])
-
-
-@needs_records
-def test_chapter8_quotes_the_record():
-    oom = {r["name"]: r["results"] for r in _json("oom")["runs"] if "name" in r}
-    info = _json("oom")["runs"][0]["info"]
-    before = next(v for k, v in oom.items() if "no cap" in k)
-    capped = next(v for k, v in oom.items() if k.startswith("before") and "capped" in k)
-    zero, recompute = (
-        next(v for k, v in oom.items() if k.startswith(w)) for w in ("fix 1", "fix 2")
-    )
-    assert all(x["oom"] for x in capped) and not any(x["oom"] for x in zero + recompute + before)
-    texts = [
-        f"{round(before[0]['peak_mib']):,} MiB",
-        f"{round(before[1]['peak_mib']):,} MiB",
-        f"{round(zero[0]['peak_mib']):,} MiB",
-        f"{round(recompute[0]['peak_mib']):,} MiB",
-        f"{before[0]['tokens_per_s']:,} tokens/s",
-        f"ZeRO-2 at {zero[0]['tokens_per_s']:,}",
-        f"recomputation at {recompute[0]['tokens_per_s']:,}",
-        f"({zero[0]['tokens_per_s'] / before[0]['tokens_per_s']:.2f} of it",
-        f"({recompute[0]['tokens_per_s'] / before[0]['tokens_per_s']:.2f}:",
-        f"{info['cap_gib']} GiB",
-        f"{round(zero[0]['reserved_mib']):,} MiB",
-        f"{round(info['cap_gib'] * 1024):,} MiB",
-    ]
-    assert max(x["reserved_mib"] for x in zero) < info["cap_gib"] * 1024
-    tune = [r["results"] for r in _json("tune")["runs"] if "name" in r]
-    mfus = [f"{100 * res[0]['mfu']:.2f} %" for res in tune]
-    texts.append("MFU went " + " → ".join(mfus[:5]))
-    texts += [
-        f"then {mfus[5]} and {mfus[6]}",
-        f"{tune[0][0]['tokens_per_s']:,} → {tune[1][0]['tokens_per_s']:,} tokens/s",
-    ]
-    texts += [f"{res[0]['tokens_per_s']:,} tokens/s" for res in tune[2:5]] + [
-        f"{tune[5][0]['tokens_per_s']:,} tokens/s"
-    ]
-    ratios = [tune[k + 1][0]["tokens_per_s"] / tune[k][0]["tokens_per_s"] for k in range(6)]
-    assert [f"{x:.2f}" for x in ratios[1:4]] == ["4.16", "1.17", "1.49"]
-    texts += ["4.2 times", "gained 17 %", "gained 49 %", "2.7 times", "4 % below"]
-    prof = [[x["profile"] for x in res] for res in tune]
-    assert (
-        round(prof[1][0]["compute_ms"]) == 37
-        and round(1000 * tune[1][0]["seconds_per_step"]) == 223
-    )
-    assert (
-        round(prof[2][0]["compute_ms"]) == 103
-        and round(1000 * tune[2][0]["seconds_per_step"]) == 215
-    )
-    assert round(prof[0][0]["compute_ms"] + prof[0][0]["exposed_comm_ms"]) == 307
-    assert f"{prof[4][0]['comm_share']:.0%}" == "63%" and f"{prof[4][1]['comm_share']:.0%}" == "6%"
-    texts += [
-        "37 ms of a 223 ms step",
-        "103 ms of compute in a 215 ms",
-        "307 ms",
-        "rank 0 shows 63 %",
-    ]
-    _quoted("book/08_troubleshooting.md", texts)

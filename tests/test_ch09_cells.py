@@ -1,6 +1,6 @@
-"""Chapter 9's notebook glue on results shaped like the demos' RESULT lines: the ResNet CPU runs
-(table, accuracy check, resume and evaluation lines), the NaN study's loss lines, the distributed
-cross-entropy table, and the sequence-parallel out-of-memory table."""
+"""Chapter 9's notebook glue on results shaped like the demos' result lines: the ResNet CPU runs'
+table, a NaN-study run read for the page, the distributed cross-entropy table and its first lost
+gradient, and the sequence-parallel out-of-memory table with the scores eager attention keeps."""
 
 import pytest
 
@@ -21,39 +21,25 @@ def test_cpu_rows_scale_the_batch_with_the_processes():
     assert one["test accuracy"] == "≈93.59 %" and two["learning rate"] == 0.2
 
 
-def test_accuracy_check_states_and_enforces_the_bound():
-    assert resnet_show.accuracy_check(ONE) == "test accuracy ≈93.59 % (≥ 90 % required)"
-    with pytest.raises(AssertionError, match="below the required"):
-        resnet_show.accuracy_check({"accuracy": 0.85})
+def test_nan_study_reads_a_run_and_the_reader_status():
+    from helpers.chapters.ch09_numbers import nan_study
 
-
-def test_resume_and_eval_lines():
-    resumed = {"losses": LOSSES[6:], "accuracy": ONE["accuracy"]}
-    lines = resnet_show.resume_lines(ONE, resumed)
-    assert (
-        lines[0]
-        == "epochs 7-12, uninterrupted: [≈0.4000, ≈0.3500, ≈0.3000, ≈0.2500, ≈0.2000, ≈0.1500]"
-    )
-    assert lines[1].startswith("epochs 7-12, resumed:       [≈0.4000")
-    assert lines[2].endswith("in accuracy: True")
-    drifted = {"losses": LOSSES[6:-1] + [0.16], "accuracy": ONE["accuracy"]}
-    assert resnet_show.resume_lines(ONE, drifted)[2].endswith("in accuracy: False")
-    assert resnet_show.eval_line({"accuracy": 0.9359}, ONE) == (
-        "eval script, model_12.pth: ≈93.59 %; equal to the training script's: True"
-    )
-
-
-def test_nan_loss_lines_show_losses_only_where_reported():
     losses = [10.7778] + [1.0] * 10 + [0.1243] + [0.01] * 7 + [0.0083]
-    runs = [
-        {"name": "tp=2", "ok": True, "results": [{"losses": losses}]},
-        {"name": "gathered", "not_run": "skipped: the recording's budget was spent"},
-    ]
-    assert nan_show.nan_loss_lines(runs) == [
-        "tp=2: 10.7778 -> 0.0083 in 20 steps, step 11: 0.1243, all finite: True",
-        "  status: ok",
-        "  status: not run: the recording's budget was spent",
-    ]
+    watch = [{"logit_absmax": 17.5}, {"logit_absmax": 12.0}]
+    study = nan_study({"name": "tp=2", "results": [{"losses": losses, "watch": watch}]})
+    assert (study["first"], study["last"], study["step11"]) == (10.7778, 0.0083, 0.1243)
+    assert study["finite"] and study["steps"] == 20 and study["max_logit"] == 17.5
+    assert nan_study({"name": "x", "not_run": "skipped"})["losses"] is None
+    assert (
+        nan_study({"name": "y", "results": [{"losses": [1.0, float("nan")] * 6}]})["finite"]
+        is False
+    )
+    long = "not ok: every rank reported all 20 steps, then the launch did not end cleanly (x)"
+    assert nan_show.reader_status(long) == (
+        "all 20 steps reported, then the launch did not end cleanly"
+    )
+    assert nan_show.reader_status("not run: the recording's budget was spent") == "not run"
+    assert nan_show.reader_status("ok") == "ok"
 
 
 def _ce(margin, colossal, exact):
@@ -75,11 +61,10 @@ def test_dist_ce_rows_and_the_first_lost_gradient():
     assert (
         rows[1]["target grad exact"] == "-1.90e-04" and rows[0]["Σ grad Colossal-AI"] == "1.0e-03"
     )
-    assert nan_show.zero_gradient_line(results) == (
-        "target gradient exactly 0 from margin 10 on; exact value there: -1.9e-04"
-    )
+    lost = nan_show.first_zero_gradient(results)
+    assert (lost["margin"], lost["exact_grad"]) == (10.0, -1.9e-4)
     with pytest.raises(ValueError, match="never exactly 0"):
-        nan_show.zero_gradient_line(results[:1])
+        nan_show.first_zero_gradient(results[:1])
 
 
 def test_sp_oom_rows_and_the_kept_scores():
@@ -96,5 +81,4 @@ def test_sp_oom_rows_and_the_kept_scores():
         "fp32 scores, 1 layer (GiB)": "2.00",
         "allocation that failed (GiB)": "2.00",
     }
-    assert sp_show.kept_scores_line(8192).endswith("8 layers x 8 heads: 24 GiB per GPU")
-    assert sp_show.kept_scores_line(16384).endswith(": 96 GiB per GPU")
+    assert sp_show.kept_scores_gib(8192) == 24 and sp_show.kept_scores_gib(16384) == 96

@@ -107,7 +107,7 @@ def test_page_glues_the_notebook_and_quotes_computed_numbers():
     )
     (c4, c8), (z4, z8) = contiguous, zigzag
     assert (c4, z4, c8, z8) == (15, 9, 31, 17) and f"{c8 / z8:.2f}" == "1.82"
-    assert "15 against 9 on four ranks, and 31 against 17, 1.82" in PAGE
+    assert "ch09-ring-ratio-8:.2f" in PAGE and "ch09-ring-contiguous-4:d" in PAGE
 
 
 def test_exercise_nine():

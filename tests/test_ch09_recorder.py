@@ -6,7 +6,7 @@ import pytest
 
 from helpers.record import ch09, runner as recorder
 from helpers.cost.mfu import H200_BF16_PEAK as PEAK_FLOPS
-from helpers.run.cli import demo_parser
+from helpers.record.runner import demo_parser
 from helpers.train.presets import PRESETS, flops_per_token, mfu
 from helpers.run.env import RESULT_PREFIX, gpu_count
 from helpers.models.llama import llama_config, llama_params

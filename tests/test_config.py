@@ -23,7 +23,7 @@ from config_edits import DEL, edited
 import yaml
 
 from helpers.config.dry_run import scaled_down, side_by_side
-from helpers.config.errors import ConfigError
+from helpers.parallel.errors import ConfigError
 from helpers.config.legacy import migrate_legacy, migrate_to_config
 from helpers.config.legacy_reader import parse_legacy
 from helpers.config.loading import CONFIG_DIR, load_config

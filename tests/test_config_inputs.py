@@ -26,7 +26,7 @@ import pytest
 import yaml
 from config_edits import DEL, edited
 
-from helpers.config.errors import ConfigError, ConfigWarning
+from helpers.parallel.errors import ConfigError, ConfigWarning
 from helpers.config.loading import MAX_BYTES, load_config
 from helpers.config.run_rules import SEED_LIMIT
 from helpers.config.schema import Train

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers.config.errors import ConfigError, ConfigWarning
+from helpers.parallel.errors import ConfigError, ConfigWarning
 from helpers.config.loading import load_config
 from helpers.config.memory_fit import predict_fit
 

@@ -18,12 +18,12 @@ import math
 import pytest
 from config_edits import DEL, edited
 
-from helpers.config.errors import ConfigError
-from helpers.config.layout_rules import LAYOUT_RULES, layout_case
+from helpers.parallel.errors import ConfigError
+from helpers.parallel.layout_rules import LAYOUT_RULES, layout_case
 from helpers.config.loading import load_config
 from helpers.config.plugin import check_signature, plugin_spec
 from helpers.config.rules import RULES
-from helpers.config.shape import ModelShape
+from helpers.models.shape import ModelShape
 from helpers.parallel.layouts import Layout, violations
 from helpers.parallel.vocab import OWN_AXIS_SP_MODES
 

@@ -6,11 +6,11 @@ import math
 import pytest
 import torch
 
-from helpers.train import speed
+from helpers.train import decoder, speed
 from helpers.train.framework_run import parser
 from helpers.record.flagship_runs import RUNS, run_list
 from helpers.record.flagship_summary import summarize
-from helpers.config.shape import ModelShape
+from helpers.models.shape import ModelShape
 from helpers.models.llama import build_llama, token_batch
 
 
@@ -53,7 +53,7 @@ def test_compiled_layers_keep_parameters_and_numerics():
     before = list(model.parameters())
     batch = token_batch(0, 2, 16, 128)
     loss = model(**batch).loss
-    assert speed.compile_layers(model, backend="eager") == 2
+    assert decoder.compile_layers(model, backend="eager") == 2
     assert list(model.parameters()) == before and all(
         p is q for p, q in zip(model.parameters(), before)
     )
@@ -61,9 +61,9 @@ def test_compiled_layers_keep_parameters_and_numerics():
     assert torch.equal(model(**batch).loss, loss)
     wrapper = torch.nn.Module()
     wrapper.module = model  # as a plugin's wrapper holds it
-    assert speed.decoder_owner(wrapper) is model
+    assert decoder.decoder_owner(wrapper) is model
     with pytest.raises(TypeError, match="no decoder layers"):
-        speed.decoder_owner(torch.nn.Linear(2, 2))
+        decoder.decoder_owner(torch.nn.Linear(2, 2))
 
 
 def test_chunked_reference_equals_the_whole_batch():
@@ -195,7 +195,7 @@ def test_recorded_flagship_table_and_figure():
 
 
 def test_kernel_rows_read_rank_zeros_profile():
-    from helpers.chapters.ch08_flagship import kernel_rows
+    from helpers.chapters.ch08_flagship import columns, kernel_rows
 
     rank = dict(
         framework="fsdp2",
@@ -224,16 +224,8 @@ def test_kernel_rows_read_rank_zeros_profile():
             ]
         }
     )
-    assert rows == [
-        {
-            "name": "a",
-            "timed step ms": 327.6,
-            "compute ms": 240.0,
-            "step − compute ms": 87.6,
-            "matmul ms": 200.0,
-            "attention ms": 40.0,
-        }
-    ]
+    assert rows == [{"run": "a", "step": 327.6, "idle": 87.6, "matmul": 200.0, "attention": 40.0}]
+    assert columns(rows) == ["run", "step", "idle", "matmul", "attention"]
 
 
 def test_plugin_kwargs_of_every_run_are_the_plugins_own():
@@ -242,7 +234,7 @@ def test_plugin_kwargs_of_every_run_are_the_plugins_own():
 
     import colossalai.booster.plugin as plugins
 
-    from helpers.config.layout import plugin_spec
+    from helpers.parallel.train_layout import plugin_spec
     from helpers.train.framework_run import layout_from
 
     for name, args, _ in run_list():
@@ -421,108 +413,6 @@ def test_recorded_head_to_head_and_tuning_steps():
     compiled = steps["+ torch.compile per layer"]
     assert float(compiled["throughput ×"]) > 1.2  # the big step of the story
     assert steps["+ overlap the parameter all-gather"]["throughput ×"] == "not in one record"
-
-
-def test_chapter8_quotes_the_flagship_records():
-    """Every number the flagship section of Chapter 8 quotes is recomputed here from the records."""
-    from pathlib import Path
-
-    from helpers.record.flagship_summary import compare
-    from helpers.chapters.ch08_flagship import kernel_rows, recorded, table_rows
-    from helpers.chapters.ch08_tuning import step_rows
-
-    runs, h2h = recorded(), recorded("flagship_h2h")
-    if runs is None or h2h is None:
-        pytest.skip("no flagship records on this machine")
-    page = (Path(__file__).resolve().parent.parent / "book/08_troubleshooting.md").read_text()
-    page = " ".join(page.split())  # line breaks are spaces
-    table = {r["name"]: r for r in table_rows(runs)}
-    kernels = {r["name"]: r for r in kernel_rows(runs)}
-    steps = {r["step"]: r for r in step_rows(runs, h2h)}
-    groups = {g["name"]: g for g in compare([summarize(r["name"], r) for r in h2h["runs"]])}
-    h2h_kernels = kernel_rows(h2h)
-    eager, compiled = kernels["LowLevelZero ZeRO-2, eager"], kernels["+ torch.compile per layer"]
-    bucket = kernels["+ reduce buckets 12 → 128 M elements"]
-    cai16, fsdp16 = (
-        kernels["+ micro-batch 8 → 16"],
-        kernels["FSDP2 + torch.compile, micro-batch 16"],
-    )
-    best, fsdp = (
-        groups["+ gradient norm kept on the GPU (no host sync in step)"],
-        groups["FSDP2 + torch.compile, micro-batch 16"],
-    )
-    overlap1, norm1, fsdp1 = h2h_kernels[0], h2h_kernels[1], h2h_kernels[2]
-    assert "round 1" in norm1["name"] and "FSDP2" in fsdp1["name"] and "overlap" in overlap1["name"]
-    rounds = sorted(
-        a / b for a, b in zip(best["tokens_per_s_per_gpu"], fsdp["tokens_per_s_per_gpu"])
-    )
-    quoted = [
-        f"FSDP2 reached {table['FSDP2, eager']['MFU %']} %",
-        f"HybridParallel ZeRO-2 {table['HybridParallel ZeRO-2, eager']['MFU %']} %",
-        f"LowLevelZero ZeRO-2 {table['LowLevelZero ZeRO-2, eager']['MFU %']} %",
-        f"took {eager['copy/cast ms']:.1f} ms",
-        f"kernels {eager['elementwise/other ms']:.1f} ms "
-        f"of LowLevelZero's {eager['timed step ms']:.1f} ms",
-        f"against {eager['matmul ms']:.1f} ms of matrix",
-        f"gave ×{steps['+ reduce buckets 12 → 128 M elements']['throughput ×']}",
-        f"fell from {eager['communication ms']:.1f} to {bucket['communication ms']:.1f} ms",
-        f"×{steps['+ torch.compile per layer']['throughput ×']}, "
-        f"to {steps['+ torch.compile per layer']['MFU % after']} %",
-        f"Triton kernels ({compiled['triton (compiled) ms']:.1f} ms)",
-        f"fell to {compiled['copy/cast ms']:.1f} ms",
-        f"kernels to {compiled['elementwise/other ms']:.1f} ms",
-        f"from {bucket['timed step ms']} to {compiled['timed step ms']} ms",
-        f"gained ×{steps['FSDP2 + torch.compile per layer']['throughput ×']}",
-        f"(×{steps['+ fused torch AdamW instead of HybridAdam']['throughput ×']})",
-        f"kernel ({compiled['optimizer ms']:.1f} ms)",
-        f"({kernels['FSDP2 + torch.compile per layer']['optimizer ms']:.1f} → "
-        f"{kernels['FSDP2 + torch.compile + fused AdamW']['optimizer ms']:.1f} ms), "
-        f"×{steps['FSDP2 + torch.compile + fused AdamW']['throughput ×']}",
-        f"gave ×{steps['+ micro-batch 8 → 16']['throughput ×']} "
-        f"({steps['+ micro-batch 8 → 16']['MFU % after']} %)",
-        f"×{steps['FSDP2 + torch.compile, micro-batch 16']['throughput ×']} "
-        f"({steps['FSDP2 + torch.compile, micro-batch 16']['MFU % after']} %)",
-        f"for {table['+ micro-batch 8 → 16']['peak GiB']} "
-        f"and {table['FSDP2 + torch.compile, micro-batch 16']['peak GiB']} GiB",
-        f"(×{steps['ZeRO-2 → ZeRO-1 (all-reduce, no gradient shards)']['throughput ×']})",
-        f"({table['FSDP2 + torch.compile, micro-batch 16']['tokens/s/GPU']} "
-        f"against {table['+ micro-batch 8 → 16']['tokens/s/GPU']} tokens/s",
-        f"({cai16['compute ms']:.1f} ms of compute per step "
-        f"against FSDP2's {fsdp16['compute ms']:.1f} ms",
-        f"took {fsdp16['matmul ms']:.1f} ms against {cai16['matmul ms']:.1f}",
-        f"for {cai16['step − compute ms']:.1f} ms of each step "
-        f"against {fsdp16['step − compute ms']:.1f} ms",
-        f"median of {best['median']:,.0f} tokens/s per GPU, {100 * best['mfu_median']:.1f} %",
-        f"({100 * best['mfu_all_params_median']:.1f} % with every parameter",
-        f"against FSDP2's {fsdp['median']:,.0f} and {100 * fsdp['mfu_median']:.1f} %",
-        f"ratio of {best['vs_fsdp2']:.4f}",
-        f"(by {100 * (rounds[0] - 1):.2f} % and {100 * (rounds[1] - 1):.2f} %)",
-        f"worth ×{steps['+ gradient norm kept on the GPU (no host sync in step)']['throughput ×']}",
-        f"fell from {overlap1['elementwise/other ms']:.1f} "
-        f"to {norm1['elementwise/other ms']:.1f} ms",
-        f"from {overlap1['copy/cast ms']:.1f} to {norm1['copy/cast ms']:.1f} ms (the fp64",
-        f"rounds spread {100 * groups['+ overlap the parameter all-gather']['spread']:.1f} %",
-        f"({norm1['compute ms']:.1f} ms of compute against {fsdp1['compute ms']:.1f} ms)",
-        f"nothing for {norm1['step − compute ms']:.1f} ms of each step, "
-        f"against {fsdp1['step − compute ms']:.1f} ms",
-        f"from {table['LowLevelZero ZeRO-2, eager']['MFU %']} % MFU",
-        f"reached {100 * fsdp['mfu_median']:.1f} %",
-        f"×{steps['+ torch.compile per layer']['throughput ×']}, "
-        f"a micro-batch of 16 ×{steps['+ micro-batch 8 → 16']['throughput ×']}",
-        "host syncs ×"
-        f"{steps['+ gradient norm kept on the GPU (no host sync in step)']['throughput ×']}",
-        f"cut copies and casts from {bucket['copy/cast ms']:.1f} "
-        f"to {compiled['copy/cast ms']:.1f} ms",
-    ]
-    missing = [q for q in quoted if q not in page]
-    assert not missing, missing
-    assert (
-        best["valid"]
-        and fsdp["valid"]
-        and best["vs_fsdp2"] > 1
-        and len(rounds) == 2
-        and rounds[0] > 1
-    )
 
 
 def test_tune_boosted_applies_the_flags_it_is_given():

@@ -145,7 +145,7 @@ def test_recomputed_layers_stay_compiled_and_keep_the_gradients(monkeypatch, tmp
 
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from helpers.train import levers, speed
+    from helpers.train import decoder, levers
 
     calls = []
 
@@ -157,8 +157,8 @@ def test_recomputed_layers_stay_compiled_and_keep_the_gradients(monkeypatch, tmp
         return run
 
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
-    compile_layers = partial(speed.compile_layers, backend=counting)
-    monkeypatch.setattr(speed, "compile_layers", lambda m, mode=None: compile_layers(m, mode=mode))
+    compile_layers = partial(decoder.compile_layers, backend=counting)
+    monkeypatch.setattr(levers, "compile_layers", lambda m, mode=None: compile_layers(m, mode=mode))
     p = ArgumentParser()
     levers.add_arguments(p)
     args = p.parse_args(["--recompute_layers", "2"])

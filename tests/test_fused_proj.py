@@ -71,7 +71,7 @@ def test_layers_share_one_class_so_a_compiled_layer_is_reused():
 
 
 def test_fused_layers_compile_to_the_same_loss():
-    from helpers.train.speed import compile_layers
+    from helpers.train.decoder import compile_layers
 
     model, fused = _pair()
     batch = token_batch(1, 2, 16, 64)
@@ -106,7 +106,7 @@ def test_the_lever_refuses_tensor_parallelism():
 def test_the_demo_trains_fused_under_fsdp2_on_its_reference():
     """The real entry point, two CPU ranks: FSDP2 shards the fused parameters, and the loss stays
     on the unfused single-process reference (the reference trains before the fusion)."""
-    from helpers.record.runner import loss_verdict
+    from helpers.train.reference import loss_verdict
     from helpers.run.launch import launch
 
     args = "--framework fsdp2 --steps 2 --warmup 1 --ref_steps 2 --seq 64 --micro_batch 2".split()

@@ -1,11 +1,11 @@
-"""helpers.run.gpu_suite: the record of ``make test-gpu`` (one entry per GPU test and per
+"""helpers.record.gpu_suite: the record of ``make test-gpu`` (one entry per GPU test and per
 notebook)."""
 
 import json
 import subprocess
 import sys
 
-from helpers.run import gpu_suite
+from helpers.record import gpu_suite
 from helpers.record import results
 
 
@@ -67,7 +67,7 @@ def test_the_plugin_writes_a_record_test_by_test(tmp_path, monkeypatch):
         "pytest",
         str(tmp_path / "test_demo.py"),
         "-p",
-        "helpers.run.gpu_suite",
+        "helpers.record.gpu_suite",
         "-q",
         "-p",
         "no:cacheprovider",

@@ -1,4 +1,4 @@
-"""helpers.run.hosts: several hosts on one machine (network namespaces), torchrun across them."""
+"""helpers.cluster.hosts: hosts on one machine (network namespaces), torchrun across them."""
 
 import re
 import subprocess
@@ -8,11 +8,11 @@ import time
 import pytest
 
 from helpers.chapters import ch05_multinode
-from helpers.run import hosts as hosts_mod
+from helpers.cluster import hosts as hosts_mod
 from helpers.parallel.mesh import RankMesh
-from helpers.run.hosts import Hosts, remove_stale
+from helpers.cluster.hosts import Hosts, remove_stale
 from helpers.run.launch import LaunchError
-from helpers.run.multinode import launch_nodes
+from helpers.cluster.multinode import launch_nodes
 
 WHY_NOT = hosts_mod.namespaces_possible()
 needs_namespaces = pytest.mark.skipif(WHY_NOT is not None, reason=f"no namespaces: {WHY_NOT}")

@@ -13,7 +13,7 @@ from helpers.parallel.layouts import (
     violations,
 )
 from helpers.parallel.mesh import RankMesh
-from helpers.config.shape import ModelShape
+from helpers.models.shape import ModelShape
 
 SEED_32 = [
     (32, 1, 1),
@@ -270,3 +270,48 @@ def test_feasible_layouts_with_sequence_modes_all_fill_the_world():
         assert data_degree(32, layout.tp, layout.pp, layout.sp, layout.sp_mode) == layout.dp
     split_gather_t1 = [x for x, _ in search.rejected if x.sp_mode == "split_gather" and x.tp == 1]
     assert split_gather_t1  # offered and refused: it needs T > 1
+
+
+# --- one layout type: Degrees, from YAML to the plugin and the rank grid -----------------------
+
+
+def test_degrees_name_every_field_once_and_derive_the_data_degree():
+    from dataclasses import fields
+
+    from helpers.parallel.degrees import COLOSSALAI, NAMES, Degrees
+
+    assert list(NAMES) == [f.name for f in fields(Degrees)]  # a renamed degree fails here
+    assert COLOSSALAI["tensor"] == "tp_size" and COLOSSALAI["pipeline"] == "pp_size"
+    d = Degrees.from_world(16, tensor=2, pipeline=2, sequence=2, sequence_mode="all_to_all")
+    assert (d.data, d.own_sequence, d.world, d.model_parallel) == (2, 2, 16, 8)
+    assert d.flags() == ["--tp", "2", "--pp", "2", "--sp", "2", "--sp_mode", "all_to_all"]
+    assert d.colossalai() == {
+        "tp_size": 2,
+        "pp_size": 2,
+        "enable_sequence_parallelism": True,
+        "sequence_parallelism_mode": "all_to_all",
+        "sp_size": 2,
+    }
+    shared = Degrees.from_world(8, tensor=2, sequence=2, sequence_mode="split_gather")
+    assert shared.data == 4 and shared.flags() == ["--tp", "2", "--sp_mode", "split_gather"]
+    assert Degrees(None, tensor=1).flags("tensor") == ["--tp", "1"]
+    for bad in (dict(sequence=2), dict(data=3, expert=2), dict(tensor=0)):
+        with pytest.raises(ValueError):
+            Degrees(**bad)
+
+
+def test_a_config_a_layout_and_the_rank_grid_share_the_degrees():
+    from helpers.config.loading import load_config
+    from helpers.config.plugin import plugin_spec
+    from helpers.parallel.degrees import Degrees
+
+    raw = {
+        "parallelism": {"data": "auto", "tensor": 2, "pipeline": 2, "microbatches": 2},
+        "train": {"batch_size": 8, "learning_rate": 3e-4, "precision": "bf16", "save_interval": 2},
+    }
+    cfg = load_config(raw, world_size=8)
+    assert cfg.degrees == Degrees(2, 2, 2)
+    assert load_config(raw).degrees.data is None  # data: auto before the world is known
+    assert cfg.degrees.colossalai().items() <= plugin_spec(cfg).kwargs.items()
+    layout = Layout.for_world(8, tp=2, pp=2)
+    assert layout.degrees == cfg.degrees and RankMesh.of(layout.degrees) == layout.mesh()

@@ -4,7 +4,7 @@ properties."""
 import pytest
 
 from helpers.parallel.layouts import QWEN2_7B, Layout
-from helpers.config.shape import ModelShape
+from helpers.models.shape import ModelShape
 from helpers.cost.activations import layer_activations
 from helpers.cost.memory import (
     MemoryBreakdown,

@@ -7,8 +7,8 @@ from dataclasses import replace
 import pytest
 import torch
 
-from helpers.config.layout import TrainLayout
-from helpers.config.shape import ModelShape
+from helpers.parallel.train_layout import TrainLayout
+from helpers.models.shape import ModelShape
 from helpers.cost import memory, memory_plan
 from helpers.cost.census import count_saved_bytes
 from helpers.cost.layer_bytes import head_activation_bytes, layer_activation_bytes
@@ -206,11 +206,7 @@ def test_the_70b_pick_fits_with_what_the_allocator_does_not_see():
     assert memory_plan.peak(LLAMA2_70B, old, 1024)["total"] > 80 * GIB
 
 
-def test_chapter6_exercise2_quotes_megatrons_bytes():
-    from pathlib import Path
-
-    page = (Path(__file__).resolve().parents[1] / "book" / "06_frameworks.md").read_text()
+def test_megatrons_distributed_optimizer_bytes_per_parameter():
+    """bf16 weights and the whole fp32 gradient buffer stay; fp32 main weights and moments shard."""
     assert memory_plan.megatron_bytes_per_param(1, distributed=False) == 18
     assert memory_plan.megatron_bytes_per_param(4) == 6 + 12 / 4
-    assert "Its memory is stage 1's" in page and "18 bytes\n  per parameter" in page
-    assert "6 + 12/d with it" in page and "2 + 14/d" in page

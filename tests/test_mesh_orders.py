@@ -1,4 +1,4 @@
-"""helpers.run.mesh_orders: tp inside a host or across hosts, on a shaped link between two hosts.
+"""helpers.cluster.mesh_orders: tp inside or across hosts, on a shaped link between two hosts.
 
 One real run (two hosts in network namespaces, 2 ranks each, gloo, the link between hosts shaped
 to 200 Mbit/s), shared through :func:`helpers.run.shared.once` with Chapter 5's notebook; and fast
@@ -11,8 +11,8 @@ import pytest
 
 from helpers.chapters import ch05_multinode
 from helpers.cost.comm import Link
-from helpers.run import mesh_orders as mo
-from helpers.run.hosts import namespaces_possible
+from helpers.cluster import mesh_orders as mo
+from helpers.cluster.hosts import namespaces_possible
 
 WHY_NOT = namespaces_possible() or (None if shutil.which("tc") else "no tc command")
 needs_namespaces = pytest.mark.skipif(WHY_NOT is not None, reason=f"no shaped hosts: {WHY_NOT}")

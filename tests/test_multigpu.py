@@ -15,7 +15,7 @@ from helpers.train import benchmark as ch09_hybrid
 from helpers.train import moe_plugin as ch09_mixtral
 from helpers.train import run_config as ch05_train
 from helpers.parallel.layouts import Layout, violations
-from helpers.config.shape import ModelShape
+from helpers.models.shape import ModelShape
 
 
 def parsed(run, quick=False):

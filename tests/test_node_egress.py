@@ -1,4 +1,4 @@
-"""helpers.run.node_egress: a ring all-reduce leaves a node once, on two hosts with a shaped link.
+"""helpers.cluster.node_egress: a ring all-reduce leaves a node once (two hosts, shaped link).
 
 One real run (two hosts in network namespaces, 2 ranks each, gloo, each host's link shaped to
 200 Mbit/s), shared through :func:`helpers.run.shared.once` with Chapter 5's notebook; the same
@@ -12,8 +12,8 @@ import pytest
 
 from helpers.chapters import ch05_multinode
 from helpers.cost.comm import Link
-from helpers.run import node_egress as ne
-from helpers.run.hosts import namespaces_possible
+from helpers.cluster import node_egress as ne
+from helpers.cluster.hosts import namespaces_possible
 
 WHY_NOT = namespaces_possible() or (None if shutil.which("tc") else "no tc command")
 needs_namespaces = pytest.mark.skipif(WHY_NOT is not None, reason=f"no shaped hosts: {WHY_NOT}")

@@ -1,9 +1,9 @@
-"""Node faults across two namespace hosts (helpers.run.node_faults): a host dies, a link goes
+"""Node faults across two namespace hosts (helpers.cluster.node_faults): a host dies, a link goes
 down, an elastic restart brings the host back and ends with the uninterrupted run's weights."""
 
 import pytest
 
-from helpers.run import hosts as hosts_mod
+from helpers.cluster import hosts as hosts_mod
 from helpers.chapters import ch05_multinode
 
 WHY_NOT = hosts_mod.namespaces_possible()
@@ -42,7 +42,7 @@ def test_an_elastic_restart_resumes_and_ends_with_the_uninterrupted_weights():
 def test_the_reference_runs_with_the_callers_cpu_kernels(monkeypatch):
     """The ranks inherit the caller's environment; the one-process reference must too, or under
     ``ATEN_CPU_CAPABILITY=default`` the two pick different kernels and their hashes differ."""
-    from helpers.run import node_faults
+    from helpers.cluster import node_faults
 
     monkeypatch.setenv("ATEN_CPU_CAPABILITY", "default")
     seen = {}
@@ -60,7 +60,7 @@ def test_the_survivor_sees_its_partner_gone_in_every_wording_of_gloo():
     """Which error the survivor's rank prints depends on where the kill finds its partner."""
     import re
 
-    from helpers.run.node_faults import PARTNER_GONE
+    from helpers.cluster.node_faults import PARTNER_GONE
 
     seen = [
         "RuntimeError: [pair.cc:537] Read error [10.213.0.2]:27283: Connection reset by peer.",

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from helpers.figures import ch07_memory as ch07_figures
 from helpers.record import (
     ch07 as chapter07,
-    ch07_figures,
     ch07_layouts,
     ch07_tables,
     ch07_world,
@@ -183,7 +183,7 @@ def _split(command: str) -> list[tuple[str, list[str]]]:
 
 
 def test_device_command_parses_with_each_recorder_in_budget(monkeypatch):
-    command = recorder.one_gpu_device_command("c0ffee")
+    command = cli.one_gpu_device_command("c0ffee")
     assert command.startswith(
         "source .gpu-kit/activate.sh && export BOOK_GIT_COMMIT=c0ffee && END=$(( $(date +%s) + "
     )
@@ -211,11 +211,9 @@ def test_device_command_parses_with_each_recorder_in_budget(monkeypatch):
         chapter09.RESNET_S <= budget == chapter09.ONE_GPU_BUDGET_S and budget >= recorder.MIN_LEFT_S
     )
     overhead = 10  # per recorder: python, torch and Colossal-AI imports, the last kill, the save
-    left_for_ch07 = recorder.ONE_GPU_TOTAL_S - budget - fl.budget_s - 2 * overhead
+    left_for_ch07 = cli.ONE_GPU_TOTAL_S - budget - fl.budget_s - 2 * overhead
     assert left_for_ch07 >= chapter07.ONE_GPU_BUDGET_S
-    assert (
-        recorder.ONE_GPU_TOTAL_S + 60 <= 600
-    )  # the kit's install and a margin within one device call
+    assert cli.ONE_GPU_TOTAL_S + 60 <= 600  # the kit's install and a margin within one device call
 
 
 # --- Chapter 9's ResNet on one GPU -----------------------------------------------------------
@@ -296,7 +294,7 @@ def test_resnet_side_by_side(tmp_results):
 
 def test_world_one_layouts_parse_and_make_sense():
     from helpers.train.layout_step import parser
-    from helpers.config.layout import TrainLayout
+    from helpers.parallel.train_layout import TrainLayout
     from helpers.cost.memory_llama import predict
 
     names, skipped = ch07_layouts.layouts_for(1)

@@ -1,12 +1,12 @@
-"""helpers.run.slurm: a 2-node SLURM cluster in network namespaces runs Chapter 5's job script."""
+"""helpers.cluster.slurm: a 2-node SLURM cluster in namespaces runs Chapter 5's job script."""
 
 import re
 
 import pytest
 
-from helpers.run.hosts import Hosts
+from helpers.cluster.hosts import Hosts
 from helpers.run.shared import once
-from helpers.run.slurm import JOB_SCRIPT, SlurmCluster, slurm_conf, slurm_job, slurm_missing
+from helpers.cluster.slurm import JOB_SCRIPT, SlurmCluster, slurm_conf, slurm_job, slurm_missing
 
 WHY_NOT = slurm_missing()
 needs_slurm = pytest.mark.skipif(WHY_NOT is not None, reason=f"no SLURM cluster: {WHY_NOT}")

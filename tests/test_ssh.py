@@ -1,12 +1,12 @@
-"""helpers.run.ssh: ``colossalai run --hostfile`` over real SSH between two hosts (Chapter 5)."""
+"""helpers.cluster.ssh: ``colossalai run --hostfile`` over real SSH between two hosts (Ch. 5)."""
 
 import os
 import re
 
 import pytest
 
-from helpers.run import ssh
-from helpers.run.hosts import Hosts
+from helpers.cluster import ssh
+from helpers.cluster.hosts import Hosts
 from helpers.chapters import ch05_multinode
 
 WHY_NOT = ssh.ssh_missing()

@@ -1,4 +1,4 @@
-"""helpers.notebook.plots_timeline: the idle share of a window and the Gantt drawing."""
+"""helpers.figures.timeline: the idle share of a window and the Gantt drawing."""
 
 import matplotlib
 
@@ -6,7 +6,7 @@ matplotlib.use("Agg")
 
 import pytest  # noqa: E402
 
-from helpers.notebook.plots_timeline import KIND_COLOURS, idle_fraction, timeline  # noqa: E402
+from helpers.figures.timeline import KIND_COLOURS, idle_fraction, timeline  # noqa: E402
 
 
 def test_idle_fraction_counts_overlaps_once_and_clips_to_the_window():

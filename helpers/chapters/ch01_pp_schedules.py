@@ -4,18 +4,18 @@ One launch of ``helpers/demos/ch01_pp_schedules.py`` on P = 4 ranks runs GPipe, 
 interleaved 1F1B, ZB-H1 and Colossal-AI's ZB-V order (each checked against the unsplit model
 inside the demo), then Colossal-AI's own interleaved and zbv pipelines as far as they go. Here
 the recorded events become the measured bubble beside its formula (:func:`summary`,
-:func:`bubble_rows`, :func:`check_lines`), the timelines (:func:`figure`, :func:`wall_figure`)
+:func:`bubble_rows`, :func:`bounds`), the timelines (:func:`figure`, :func:`wall_figure`)
 and the table of what Colossal-AI did (:func:`colossal_rows`).
 """
 
 from __future__ import annotations
 
-from fractions import Fraction
 
 import matplotlib.pyplot as plt
 
 from helpers.notebook.measured import approx
-from helpers.notebook.plots_timeline import KIND_COLOURS, idle_fraction, timeline
+from helpers.figures.timeline import KIND_COLOURS, idle_fraction, timeline
+from helpers.parallel.pp import bubble_text as formula
 from helpers.parallel.pp_schedules import (
     KIND_NAMES,
     SCHEDULES,
@@ -81,25 +81,11 @@ def _rows(ranks: list[dict], repeat: int, clock: str, kinds=COMPUTE) -> dict[str
 
 def measured_idle(ranks: list[dict], repeat: int, clock: str) -> float:
     """Mean over stages of the idle share of the window from the first computation to the last
-    (:func:`helpers.notebook.plots_timeline.idle_fraction`)."""
+    (:func:`helpers.figures.timeline.idle_fraction`)."""
     rows = _rows(ranks, repeat, clock)
     start = min(s for ivs in rows.values() for s, _, _ in ivs)
     end = max(e for ivs in rows.values() for _, e, _ in ivs)
     return sum(idle_fraction(ivs, start, end) for ivs in rows.values()) / len(rows)
-
-
-def formula(name: str, p: int, m: int, v: int) -> tuple[Fraction | None, str]:
-    """The bubble as an exact fraction and its formula, or (None, why) for ZB-V."""
-    forms = {
-        "gpipe": ("(P-1)/(m+P-1)", Fraction(p - 1, m + p - 1)),
-        "1f1b": ("(P-1)/(m+P-1)", Fraction(p - 1, m + p - 1)),
-        "interleaved": ("(P-1)/(c·m+P-1)", Fraction(p - 1, v * m + p - 1)),
-        "zb-h1": ("(P-1)/(3m+P-1)", Fraction(p - 1, 3 * m + p - 1)),
-    }
-    if name not in forms:
-        return None, "no closed form"
-    text, value = forms[name]
-    return value, f"{text} = {value.numerator}/{value.denominator}"
 
 
 def summary(results: list[dict]) -> list[dict]:
@@ -153,24 +139,36 @@ def bubble_rows(rows: list[dict]) -> list[dict]:
     ]
 
 
+def bounds(rows: list[dict]) -> list[dict]:
+    """Per schedule, what notebook 01 asserts and prints: the bubble and its simulated share, the
+    band the stage clock must lie in (the bubble less BELOW up to the bubble corrected for the
+    stages' measured imbalance plus ABOVE), and the least the wall clock may show (the stage
+    clock less WALL_SLACK)."""
+    return [
+        {
+            "name": s["name"],
+            "closed_form": s["formula"] is not None,
+            "bubble": s["bubble"],
+            "simulated": s["simulated"],
+            "low": s["bubble"] - BELOW,
+            "high": with_imbalance(s["bubble"], s["busy"]) + ABOVE,
+            "stage": s["stage"],
+            "wall": s["wall"],
+            "wall_floor": s["stage"] - WALL_SLACK,
+        }
+        for s in rows
+    ]
+
+
 def check_lines(rows: list[dict]) -> list[str]:
-    """Assert each schedule's measured bubble: the simulation equals the formula; the stage clock
-    lies between the bubble less BELOW and the bubble corrected for the stages' measured
-    imbalance plus ABOVE; the wall clock is at least the stage clock less WALL_SLACK."""
+    """:func:`bounds`, asserted (for the tests; the notebook asserts them in its own cell)."""
     lines = []
-    for s in rows:
-        want = s["bubble"]
-        if s["formula"] is not None:
-            assert abs(s["simulated"] - want) < 1e-9, (s["name"], s["simulated"], want)
-        low, high = want - BELOW, with_imbalance(want, s["busy"]) + ABOVE
-        assert low <= s["stage"] <= high, (
-            f"{s['name']}: stage-clock bubble {s['stage']:.3f} outside [{low:.3f}, {high:.3f}]"
-        )
-        assert s["wall"] >= s["stage"] - WALL_SLACK, (s["name"], s["wall"], s["stage"])
-        lines.append(
-            f"{s['name']:<11} bubble {want:.3f}: stage clock {approx(s['stage'])} "
-            f"in [{low:.3f}, {approx(high)}]; wall clock {approx(s['wall'])}"
-        )
+    for b in bounds(rows):
+        if b["closed_form"]:
+            assert abs(b["simulated"] - b["bubble"]) < 1e-9, b
+        assert b["low"] <= b["stage"] <= b["high"], b
+        assert b["wall"] >= b["wall_floor"], b
+        lines.append(f"{b['name']}: stage clock {approx(b['stage'])}")
     return lines
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from helpers.config.shape import ModelShape
+from helpers.models.shape import ModelShape
 from helpers.cost import memory_plan
 from helpers.cost.comm import Link
 from helpers.cost.memory_plan import GIB

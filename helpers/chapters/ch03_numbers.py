@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from helpers.chapters.ch03_earlier import earlier_plan, earlier_seed_ranks
-from helpers.chapters.ch03_strategy import egress_rows, link_rows, ordinal
+from helpers.chapters.ch03_strategy import egress_rows, layout_text, link_rows, ordinal
 from helpers.cost import comm, memory_plan, planner
 from helpers.cost.comm import NOMINAL_LINKS
 from helpers.cost.planner import LLAMA2_70B, SEED_7B5
@@ -143,7 +143,7 @@ def llama70b_numbers(hw: Hardware = Hardware()) -> dict:
         "ch03-70b-fit": len(fits),
         "ch03-70b-earlier-count": old_count,
         "ch03-70b-earlier-fit": len(old_fits),
-        "ch03-70b-first": str(first.layout),
+        "ch03-70b-first": layout_text(first.layout),
         "ch03-70b-first-sharding": first.layout.sharding,
         "ch03-70b-first-m": first.microbatches,
         "ch03-70b-first-tp": first.layout.tp,
@@ -158,10 +158,10 @@ def llama70b_numbers(hw: Hardware = Hardware()) -> dict:
         "ch03-70b-first-z1-gib": _r(z1.memory_gib, 1),
         "ch03-70b-first-kept-gib": _r(kept.memory_gib, 1),
         **_fsdp_overlap(first, hw),
-        "ch03-70b-second": str(second.layout),
+        "ch03-70b-second": layout_text(second.layout),
         "ch03-70b-second-sharding": second.layout.sharding,
         "ch03-70b-second-bubble-s": _r(second.bubble_s, 2),
-        "ch03-70b-old": str(old.layout),
+        "ch03-70b-old": layout_text(old.layout),
         "ch03-70b-old-sharding": old.layout.sharding,
         "ch03-70b-old-m": old.microbatches,
         "ch03-70b-old-gib": _r(old.memory_gib, 1),
@@ -175,10 +175,10 @@ def llama70b_numbers(hw: Hardware = Hardware()) -> dict:
         "ch03-70b-hsdp-gib": _r(16 * LLAMA2_70B.params / hw.gpus_per_node / GIB, 1),
         "ch03-ex6-fit": len(small),
         "ch03-ex6-count": small_count,
-        "ch03-ex6-first": str(small[0].layout),
+        "ch03-ex6-first": layout_text(small[0].layout),
         "ch03-ex6-first-sharding": small[0].layout.sharding,
         "ch03-ex6-first-m": small[0].microbatches,
-        "ch03-ex6-second": str(small[1].layout),
+        "ch03-ex6-second": layout_text(small[1].layout),
         "ch03-ex6-second-sharding": small[1].layout.sharding,
     }
 

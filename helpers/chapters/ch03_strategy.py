@@ -17,11 +17,11 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 
 from helpers.chapters.ch03_earlier import one_card_per_rank
-from helpers.config.shape import ModelShape
+from helpers.models.shape import ModelShape
 from helpers.cost import comm, memory_plan
 from helpers.cost.planner import SEED_7B5
 from helpers.cost.step_time import Hardware, Plan, members_per_node
-from helpers.notebook.plots import DPI, RANK_COLOURS
+from helpers.figures.style import DPI, RANK_COLOURS
 from helpers.notebook.tables import glue_numbers  # noqa: F401  (the notebook calls it here)
 
 ORDINALS = (
@@ -35,6 +35,12 @@ def ordinal(n: int) -> str:
         return ORDINALS[n - 1]
     suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
     return f"{n}{suffix}"
+
+
+def layout_text(layout) -> str:
+    """A layout as the book writes it: the interleaved schedule's model chunks are ``c``
+    (book/notation.md), where :class:`helpers.parallel.layouts.Layout` prints ``v``."""
+    return str(layout).replace("interleaved v=", "interleaved c=")
 
 
 def _where(n: int, per_node: int) -> str:
@@ -162,7 +168,7 @@ def memory_rows(model: ModelShape, plans: list[Plan], global_batch: int, hw=Hard
         parts = mem["prediction"]["breakdown"]
         rows.append(
             {
-                "layout": str(p.layout),
+                "layout": layout_text(p.layout),
                 "sharding": p.layout.sharding,
                 "m": p.microbatches,
                 "weights": round(parts["weights"] / 2**30, 1),

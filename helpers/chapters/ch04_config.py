@@ -1,4 +1,5 @@
-"""Chapter 4 (configuration files): the notebook's glue for sections 2, 3 and 5.
+"""Chapter 4 (configuration files): the notebook's glue for sections 2, 3 and 5, and :func:`wrap`,
+which fits the long messages of a refusal into the page's column.
 
 Section 2 breaks a valid file in one place at a time and prints what :func:`rejections` (and, for
 whole configs, :func:`rejections_of`) collects;
@@ -8,8 +9,22 @@ of ``helpers.record.ch05`` as :func:`dry_run_line` spells it.
 
 from __future__ import annotations
 
-from helpers.config.errors import ConfigError
+import textwrap
+
+from helpers.parallel.errors import ConfigError
 from helpers.config.loading import load_config
+
+
+def wrap(text: str, width: int = 100, indent: str = "    ") -> str:
+    """Each line of ``text`` wrapped at ``width`` characters (the page's column), continuations
+    indented; words are never broken, so a field name or a path stays whole."""
+    return "\n".join(
+        textwrap.fill(
+            line, width, subsequent_indent=indent, break_long_words=False, break_on_hyphens=False
+        )
+        for line in text.splitlines()
+    )
+
 
 EXAMPLE_FILES = ("tiny_cpu.yaml", "dp16_fp32.yaml", "tiny_gpu_hybrid.yaml", "seed_complete.yaml")
 

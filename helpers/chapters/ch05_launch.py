@@ -2,9 +2,11 @@
 comparisons.
 
 Inside a rank (``helpers.demos.ch05_train``, whose plugin comes from
-:func:`helpers.config.plugin.build_plugin`): :class:`ProgressionDataset` is the data set whose
-position a checkpoint records, and :func:`layout_of` what the checkpoint says about the layout. In
-the notebook: :func:`losses_from_lines` reads the per-step losses a (possibly killed) run reported,
+:func:`helpers.config.plugin.build_plugin`): :class:`helpers.models.llama.ProgressionDataset` is the
+data set whose position a checkpoint records, and :func:`layout_of` what the checkpoint says about
+the layout (:func:`helpers.train.run_config.layout_of`). In
+the notebook: :func:`rank_log` wraps a rank's lines to the page (:func:`command_text` a command),
+:func:`losses_from_lines` reads the per-step losses a (possibly killed) run reported,
 :func:`torchrun_failure` keeps the lines of torchrun's failure report that name the ranks,
 :func:`compare_final_weights` compares two runs' last checkpoints tensor by tensor, and
 :func:`hostfile_commands` spells out what ``colossalai run --hostfile`` starts on each node.
@@ -13,57 +15,42 @@ the notebook: :func:`losses_from_lines` reads the per-step losses a (possibly ki
 from __future__ import annotations
 
 import re
+import textwrap
 from pathlib import Path
 
-import torch
-from torch.utils.data import Dataset
-
-from helpers.run.env import results_of
+from helpers.run.env import is_result
+from helpers.run.env import losses_from_lines as losses_from_lines
+from helpers.train.run_config import layout_of as layout_of
+from helpers.train.weights import compare_final_weights as compare_final_weights
 from helpers.run.failure import LAUNCHER
-
-
-class ProgressionDataset(Dataset):
-    """``size`` fixed sequences (arithmetic progressions mod vocab,
-    :func:`helpers.models.llama.token_batch`).
-
-    A fixed, finite data set, so that a run passes through epochs and its position in the data
-    (epoch, batch within the epoch) is something a checkpoint has to record.
-    """
-
-    def __init__(self, size: int, seq_len: int, vocab: int, seed: int = 0):
-        from helpers.models.llama import token_batch
-
-        self.ids = token_batch(0, size, seq_len, vocab, seed=seed + 1)["input_ids"]  # (size, seq)
-
-    def __len__(self) -> int:
-        return len(self.ids)
-
-    def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
-        return {"input_ids": self.ids[i], "labels": self.ids[i]}
-
-
-def layout_of(cfg, world_size: int) -> dict:
-    """What a checkpoint records and a resume must match for the run to continue bit for bit."""
-    p, t = cfg.parallelism, cfg.train
-    return {
-        "world_size": world_size,
-        "data": cfg.data_degree,
-        "tensor": p.tensor,
-        "pipeline": p.pipeline,
-        "sequence": p.sequence,
-        "batch_size": t.batch_size,
-        "micro_batch": cfg.micro_batch,
-        "seed": t.seed,
-    }
 
 
 # --- notebook side ---------------------------------------------------------------------------
 
 
-def losses_from_lines(lines: list[str]) -> dict[int, float]:
-    """{step: loss} from a rank's output lines (``RESULT {"step": k, "loss": x}``), also of a
-    killed run."""
-    return {r["step"]: r["loss"] for r in results_of(lines) if "step" in r and "loss" in r}
+def rank_log(lines: list[str], width: int = 100) -> str:
+    """A rank's printed lines without its ``RESULT`` lines, each wrapped at ``width`` characters
+    (the page's column) with the continuation indented."""
+    wrapped = (
+        textwrap.fill(line, width, subsequent_indent="    ", break_on_hyphens=False)
+        for line in lines
+        if not is_result(line)
+    )
+    return "\n".join(wrapped)
+
+
+def command_text(command: str | list[str], width: int = 100) -> str:
+    """A shell command as lines of at most ``width`` characters joined by ``\\`` continuations,
+    so that it fits the page and still pastes into a shell."""
+    words = command.split() if isinstance(command, str) else [str(w) for w in command]
+    lines, line = [], ""
+    for word in words:
+        if line and len(line) + 1 + len(word) > width - 2:
+            lines.append(line)
+            line = "    " + word
+        else:
+            line = f"{line} {word}" if line else word
+    return " \\\n".join([*lines, line])
 
 
 def torchrun_failure(err) -> str:
@@ -76,20 +63,6 @@ def torchrun_failure(err) -> str:
         for line in err.lines[LAUNCHER]
         if re.match(r"\s*(Failures|Root Cause|rank|exitcode)\b", line)
     )
-
-
-def compare_final_weights(a: str | Path, b: str | Path) -> dict:
-    """Two checkpoints' weights: tensors compared, max |difference|, and whether the digests
-    match."""
-    from helpers.train.weights import full_weights, max_param_diff, params_digest
-
-    sa, sb = full_weights(a), full_weights(b)
-    return {
-        "tensors": len(sa),
-        "parameters": sum(t.numel() for t in sa.values()),
-        "max_abs_diff": max_param_diff(sa, sb),
-        "same_digest": params_digest(sa) == params_digest(sb),
-    }
 
 
 def read_hostfile(hostfile: str | Path) -> list[str]:

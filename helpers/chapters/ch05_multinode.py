@@ -1,155 +1,52 @@
 """Chapter 5, "Several hosts on one machine", and Chapter 8's node faults: the multi-node runs,
 live where this machine can make hosts, otherwise as recorded.
 
-Each run is a function of its own module (``helpers.run.multinode``, ``ssh``, ``slurm``,
-``node_faults``, ``mesh_orders``, ``node_egress``) that returns a dict of what happened.
-:func:`result` runs one live, through :func:`helpers.run.shared.once` (so a test and the notebook
-that show the same run make it once per test run), when network namespaces and the programs it
-needs are here; else it returns the recording ``python -m helpers.record multinode --record``
-made, from ``results/cpu/multinode.json``, with its provenance. :func:`source_line` says which.
+Each run is a function of its own module (``helpers.cluster.multinode``, ``ssh``, ``slurm``,
+``node_faults``, ``mesh_orders``, ``node_egress``; the table: :mod:`helpers.cluster.runs`) that
+returns a dict of what happened. :func:`result` (:mod:`helpers.record.multinode`) runs one live,
+through :func:`helpers.run.shared.once` (so a test and the notebook that show the same run make it
+once per test run), when network namespaces and the programs it needs are here; else it returns the
+recording ``python -m helpers.record multinode --record`` made, from ``results/cpu/multinode.json``,
+with its provenance. :func:`source_line` says which.
 """
 
 from __future__ import annotations
 
-import importlib
 import json
-import shutil
 
-from helpers.record.results import RESULTS_DIR
-from helpers.run.shared import once
-
-RECORD = RESULTS_DIR / "cpu" / "multinode.json"
-
-# name -> (module:function, programs it needs besides ip/nsenter, what it shows)
-RUNS: dict[str, tuple[str, tuple[str, ...], str]] = {
-    "torchrun_3d": (
-        "helpers.chapters.ch05_multinode:torchrun_3d",
-        (),
-        "torchrun across two hosts: Chapter 2's dp x pp x tp = 2 x 2 x 2, 4 ranks per host",
-    ),
-    "mesh_orders": (
-        "helpers.run.mesh_orders:measure",
-        ("tc",),
-        "tp x dp = 2 x 2 on two hosts with a 200 Mbit/s link, tp inside and across hosts",
-    ),
-    "node_egress": (
-        "helpers.run.node_egress:measure",
-        ("tc",),
-        "all-reduce over 1 and 2 ranks per host on a 200 Mbit/s link: a ring leaves a node once",
-    ),
-    "slurm": (
-        "helpers.run.slurm:slurm_job",
-        ("munged", "slurmctld", "slurmd", "sbatch", "sacct"),
-        "a two-node SLURM cluster: the book's job script, launch_from_slurm and torchrun",
-    ),
-    "hostfile": (
-        "helpers.run.ssh:book_scenarios",
-        ("sshd", "ssh-keygen"),
-        "colossalai run --hostfile over SSH: works, hangs on Debian's 127.0.1.1 line, fixed",
-    ),
-    "lost_node": (
-        "helpers.run.node_faults:lost_node",
-        (),
-        "host 1 dies mid-run (Chapter 8): how long until every rank ends, what diagnose says",
-    ),
-    "link_down": (
-        "helpers.run.node_faults:link_down",
-        (),
-        "host 1's link goes down mid-run (Chapter 8): the collective timeout across nodes",
-    ),
-    "elastic_restart": (
-        "helpers.run.node_faults:elastic_restart",
-        (),
-        "--max_restarts 1: host 1 dies and comes back, the job resumes from its checkpoint",
-    ),
-}
-
-
-def why_not_live(name: str) -> str | None:
-    """None when run ``name`` can run here, else why not (no root, no namespaces, a program)."""
-    from helpers.run.hosts import namespaces_possible
-
-    if name not in RUNS:
-        raise KeyError(f"no multi-node run {name!r}: one of {', '.join(RUNS)}")
-    why = namespaces_possible()
-    if why:
-        return f"network namespaces unavailable ({why})"
-    missing = [p for p in RUNS[name][1] if shutil.which(p) is None and not _sbin(p)]
-    return f"not installed: {', '.join(missing)}" if missing else None
-
-
-def _sbin(program: str) -> bool:
-    return any(shutil.which(program, path=d) for d in ("/usr/sbin", "/sbin"))
-
-
-def compute(name: str) -> dict:
-    """Run ``name`` now (no sharing, no recording)."""
-    module, _, function = RUNS[name][0].partition(":")
-    return getattr(importlib.import_module(module), function)()
-
-
-def recorded(name: str) -> dict | None:
-    """The recorded run ``name`` with the record's provenance under ``"provenance"``, or None."""
-    if not RECORD.is_file():
-        return None
-    record = json.loads(RECORD.read_text())
-    run = next((r for r in record["runs"] if r["name"] == name), None)
-    return None if run is None else {**run, "provenance": record["provenance"]}
-
-
-def result(name: str) -> dict:
-    """Run ``name`` live (once per test run) where it can run, else its recording; the dict's
-    ``"source"`` says which ("live", or "recorded" with the reason it did not run)."""
-    why = why_not_live(name)
-    if why is None:
-        return {"name": name, **once(f"multinode:{name}", lambda: compute(name)), "source": "live"}
-    found = recorded(name)
-    if found is None:
-        raise RuntimeError(f"{name} cannot run here ({why}) and {RECORD} has no recording of it")
-    return {**found, "source": "recorded", "why_not_live": why}
+from helpers.cluster.runs import RUNS as RUNS
+from helpers.cluster.runs import why_not_live as why_not_live
+from helpers.record.multinode import RECORD
+from helpers.record.multinode import recorded as recorded
+from helpers.record.multinode import result as result
 
 
 def source_line(run: dict) -> str:
-    """One line: live on this machine, or recorded (when, by which command, at which commit)."""
+    """One short line: live on this machine, or recorded (when, and why it did not run here); the
+    record's full provenance is the appendix's (:func:`helpers.notebook.provenance.glue_provenance`
+    of :func:`record`)."""
+    import textwrap
+
     if run["source"] == "live":
-        return "live on this machine: " + run.get("hosts_banner", "two hosts in network namespaces")
-    p = run["provenance"]
-    return (
-        f"recorded {p['date']} with `{p['command']}` at {p['git_commit'][:10]} "
-        f"(here: {run['why_not_live']})"
-    )
+        line = "live on this machine: " + run.get("hosts_banner", "two hosts in network namespaces")
+    else:
+        line = (
+            f"recorded on {run['provenance']['date'][:10]} (here: {run['why_not_live']}); "
+            "how: the appendix, How this book was measured"
+        )
+    return textwrap.fill(line, 100, subsequent_indent="    ")
 
 
-# --- the runs of this chapter ------------------------------------------------------------------
-def torchrun_3d() -> dict:
-    """Chapter 2's dp × pp × tp = 2 × 2 × 2 from scratch on two hosts of four ranks each, one
-    torchrun agent per host (:func:`helpers.run.multinode.launch_nodes`): where each rank ran, its
-    groups, and its losses and gradients against the unsplit model."""
-    from helpers.run.env import results_of
-    from helpers.run.hosts import Hosts
-    from helpers.run.multinode import launch_nodes, node_command, reader_line
+def record() -> dict | None:
+    """The whole recording of the multi-node runs (``results/cpu/multinode.json``), or None."""
+    return json.loads(RECORD.read_text()) if RECORD.is_file() else None
 
-    with Hosts(2) as hosts:
-        job = launch_nodes("ch02_3d", hosts, 4, ["--pp", "2", "--tp", "2"], timeout_s=300)
-        lines = [node_command(hosts, k, "ch02_3d", 4, ["--pp", "2", "--tp", "2"]) for k in (0, 1)]
-        banner = hosts.banner()
-    host_of = {r["rank"]: job.hosts[k] for k, out in enumerate(job.outputs)
-               for r in results_of(out.splitlines())}  # fmt: skip
-    return {
-        "hosts_banner": banner,
-        "commands": [reader_line(c, "job1") for c in lines],
-        "seconds": job.seconds,
-        "ranks": [
-            {
-                "rank": r["rank"],
-                "host": host_of[r["rank"]],
-                "groups": r["groups"],
-                "losses_equal_reference": r["losses"] == r["ref_losses"],
-                "max_grad_diff": r["max_grad_diff"],
-            }
-            for r in job.results
-        ],
-    }
+
+def sacct_rows(lines: list[str]) -> list[dict]:
+    """``sacct``'s fixed-width table as rows (header words as keys; the dashed line skipped)."""
+    head = lines[0].split()
+    rows = [line.split() for line in lines[1:] if line.strip() and not line.startswith("---")]
+    return [dict(zip(head, values)) for values in rows if len(values) == len(head)]
 
 
 # --- what the notebook shows -------------------------------------------------------------------

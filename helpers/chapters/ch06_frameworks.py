@@ -1,18 +1,27 @@
-"""Chapter 6 (Colossal-AI, DeepSpeed and Megatron-LM side by side): the notebook's glue for
-sections 3 and 4.
+"""Chapter 6 (Colossal-AI, DeepSpeed, Megatron-Core and PyTorch side by side): the notebook's glue.
 
-Section 3 trains the same model on two processes once with PyTorch FSDP2 and once with
-Colossal-AI (:func:`cpu_run`, the demo ``helpers.demos.ch08_train``); section 4 shows the recorded
-Gemini re-run of ``helpers.record.ch08`` in the columns of :data:`GEMINI_COLUMNS`, and
-:func:`ratio_rows` what the LowLevelZero / FSDP2 throughput ratio was in each record that ran both
-on the same model: Chapter 6's comparison and Chapter 8's flagship runs.
+:func:`feature_rows` and :func:`maintenance_rows` are the feature table and its dated maintenance
+row (``helpers/data/framework_maintenance.yaml``); :func:`cpu_run` trains the same model on two
+processes with PyTorch FSDP2 or Colossal-AI (the demo ``ch08_train``); :func:`equal_rows` is
+LowLevelZero ZeRO-2 against FSDP2 with the same knobs in both (the head-to-heads of Chapter 8,
+medians of their rounds and spreads), :func:`ratio_rows` the same ratio in every record that ran
+both, knobs equal or not; :func:`h2h_rows` the four-framework head-to-head of
+``python -m helpers.record ch06`` (its plan while it is not recorded).
 """
 
 from __future__ import annotations
 
 import statistics
+from pathlib import Path
 
-from helpers.run.launch import launch
+import yaml
+
+from helpers.config.frameworks import FEATURE_COLUMNS, FEATURES
+from helpers.record import ch06 as h2h
+from helpers.record.flagship_runs import ROUND
+from helpers.record.flagship_summary import compare
+from helpers.record.results import recorded
+from helpers.run.launch import REPO_ROOT, launch
 
 # (record, FSDP2's run, LowLevelZero ZeRO-2's run, what else the pair shares); a head-to-head's
 # runs are named "<run> · round k" and enter by their medians
@@ -54,7 +63,9 @@ RATIO_COLUMNS = [
 ]
 
 DEMO, RANKS = "ch08_train", 2
-LAUNCHES = {DEMO: RANKS}  # what cpu_run launches: the ``also`` of helpers.notebook.live.show
+# what the notebook launches: the ``also`` of helpers.notebook.live.show
+LAUNCHES = {DEMO: RANKS, "ch06_deepspeed": 2}
+MAINTENANCE = REPO_ROOT / "helpers" / "data" / "framework_maintenance.yaml"
 
 # the columns of helpers.chapters.ch08_troubleshooting.gemini_rows, in the order the page shows
 GEMINI_COLUMNS = [
@@ -105,8 +116,6 @@ def ratio_rows(records: dict[str, dict] | None = None) -> list[dict]:
     exposed (not overlapped by compute) per step. ``records``: name -> record (default: the
     book's, :func:`helpers.record.results.recorded`)."""
     if records is None:
-        from helpers.record.results import recorded
-
         records = {n: recorded(n) for n in {p[0] for p in PAIRS}}
     rows = []
     for name, fsdp_run, zero_run, setup in PAIRS:
@@ -131,3 +140,151 @@ def ratio_rows(records: dict[str, dict] | None = None) -> list[dict]:
             }
         )
     return rows
+
+
+def feature_rows() -> list[dict]:
+    """The feature table: one row per idea, its name in each framework, where the book runs it."""
+    return [dict(zip(FEATURE_COLUMNS, row)) for row in FEATURES]
+
+
+def maintenance(path: Path = MAINTENANCE) -> dict:
+    """The checked maintenance facts (the data file, as read)."""
+    return yaml.safe_load(path.read_text())
+
+
+MAINTENANCE_COLUMNS = ["framework", "what", "value", "source"]
+
+
+def maintenance_rows(data: dict | None = None) -> list[dict]:
+    """One row per checked fact (framework, what, value, source), then the day of the check."""
+    data = maintenance() if data is None else data
+    return [
+        {
+            "framework": name,
+            "what": what.replace("_", " "),
+            "value": f["value"],
+            "source": f["source"],
+        }
+        for name, facts in data["frameworks"].items()
+        for what, f in facts.items()
+    ] + [{"framework": "all", "what": "checked on", "value": data["checked"], "source": "—"}]
+
+
+# the equal-knob head-to-heads: (record, GPUs, LowLevelZero's run, FSDP2's run, what they share)
+EQUAL = [
+    (
+        "flagship_h2h",
+        2,
+        "+ gradient norm kept on the GPU (no host sync in step)",
+        "FSDP2 + torch.compile, micro-batch 16",
+        "compiled per layer, fused AdamW, 16 sequences per GPU (gradients reduced in fp32 by "
+        "FSDP2, in bf16 by ZeRO-2)",
+    ),
+    (
+        "flagship_levers_h2h",
+        1,
+        "Colossal-AI LowLevelZero ZeRO-2, best levers",
+        "FSDP2, best levers",
+        "compiled per layer, fused AdamW, cuDNN attention, Liger CE, 48 sequences",
+    ),
+]
+EQUAL_COLUMNS = [
+    "record",
+    "GPUs",
+    "same in both",
+    "rounds",
+    "ZeRO-2 median tokens/s/GPU (spread)",
+    "FSDP2 median tokens/s/GPU (spread)",
+    "ZeRO-2 / FSDP2",
+    "lead",
+]
+
+
+def equal_rows(records: dict | None = None) -> list[dict]:
+    """LowLevelZero ZeRO-2 against FSDP2 with the same knobs, per head-to-head record: medians of
+    the rounds, their spreads ((max - min) / median), the ratio, and whether a lead exceeds the
+    larger spread (a lead within it is not claimed). ``records``: name -> record."""
+    if records is None:
+        records = {name: recorded(name, gpus=gpus) for name, gpus, *_ in EQUAL}
+    rows = []
+    for name, gpus, zero, fsdp, same in EQUAL:
+        record = records.get(name)
+        if not record:
+            continue
+        groups = {g["name"]: g for g in compare([r["summary"] for r in record["runs"]])}
+        z, f = groups.get(zero), groups.get(fsdp)
+        if not (z and f and z["valid"] and f["valid"]):
+            continue
+        ratio, spread = z["median"] / f["median"], max(z["spread"], f["spread"])
+        lead = "beyond the spread" if abs(ratio - 1) > spread else "within the spread: none"
+        rows.append(
+            {
+                "record": name,
+                "GPUs": gpus,
+                "same in both": same,
+                "rounds": min(z["rounds"], f["rounds"]),
+                "ZeRO-2 median tokens/s/GPU (spread)": f"{z['median']:,.0f} ({z['spread']:.1%})",
+                "FSDP2 median tokens/s/GPU (spread)": f"{f['median']:,.0f} ({f['spread']:.1%})",
+                "ZeRO-2 / FSDP2": f"{ratio:.3f}",
+                "lead": lead,
+                "mfu": (z["mfu_median"], f["mfu_median"]),
+                "spread": spread,
+            }
+        )
+    return rows
+
+
+H2H_PLAN_COLUMNS = ["framework and levers", "demo", "micro-batch (fallback)", "rounds"]
+H2H_COLUMNS = [
+    "framework and levers",
+    "rounds",
+    "median tokens/s/GPU",
+    "MFU",
+    "of the matmul ceiling",
+    "peak GiB",
+    "spread",
+    "/ FSDP2",
+    "loss",
+]
+
+
+def _micro(args: list[str]) -> str:
+    return args[len(args) - 1 - args[::-1].index("--micro_batch") + 1]
+
+
+def _ceiling(ok: list[dict]) -> str:
+    """The median fraction of the same call's measured matmul ceiling, or a dash."""
+    return f"{statistics.median(r['ceiling_fraction'] for r in ok):.1%}" if ok else "—"
+
+
+def h2h_rows(record: dict | None) -> tuple[list[dict], list[str]]:
+    """(rows, columns) of the four-framework head-to-head: its plan (:data:`helpers.record.ch06
+    .ROWS`) while ``record`` is None, else per row the medians over its rounds."""
+    if record is None:
+        return [
+            {
+                "framework and levers": name,
+                "demo": demo,
+                "micro-batch (fallback)": f"{_micro(args)} ({fallback})",
+                "rounds": h2h.ROUNDS,
+            }
+            for name, demo, args, fallback in h2h.ROWS
+        ], H2H_PLAN_COLUMNS
+    rows = []
+    for g in record["compare"]:
+        mine = [r["summary"] for r in record["runs"] if r["name"].split(ROUND)[0] == g["name"]]
+        ok = [r for r in mine if r.get("ok")]
+        rows.append(
+            {
+                "framework and levers": g["name"],
+                "rounds": g["rounds"],
+                "median tokens/s/GPU": f"{g['median']:,.0f}" if g["median"] else "—",
+                "MFU": f"{g['mfu_median']:.1%}" if g["mfu_median"] else "—",
+                "of the matmul ceiling": _ceiling(ok),
+                "peak GiB": f"{max(r['peak_gib'] for r in ok):.1f}" if ok else "—",
+                "spread": f"{g['spread']:.1%}" if g["spread"] is not None else "—",
+                "/ FSDP2": f"{g['vs_fsdp2']:.3f}" if g["vs_fsdp2"] else "—",
+                "loss": "within 0.05 of the reference" if g["valid"] else "INVALID",
+            }
+        )
+    return rows, H2H_COLUMNS

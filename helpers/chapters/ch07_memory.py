@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from helpers.config.shape import ModelShape
+from helpers.models.shape import ModelShape
 from helpers.cost.census import count_saved_bytes
 from helpers.cost.memory_llama import head_activation_bytes, layer_activation_bytes, predict
 from helpers.models.llama import build_llama
@@ -53,7 +53,7 @@ def accumulation_points(record: dict | None = None) -> list[dict]:
     across micro-batches: ``states['grads']`` when m > 1, else 0), ``over_m1`` (measured minus the
     same plugin's m = 1) beside ``predicted_over_m1``, and ``over_previous`` (measured minus the
     previous m: m = 2 over m = 1, m = 4 over m = 2) beside ``predicted_over_previous``."""
-    from helpers.config.layout import TrainLayout
+    from helpers.parallel.train_layout import TrainLayout
     from helpers.record.ch07_layouts import ACCUMULATION
     from helpers.record.ch07_tables import rank_results, summary
     from helpers.record.results import find

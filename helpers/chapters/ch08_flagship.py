@@ -87,32 +87,49 @@ def table_rows(record: dict) -> list[dict]:
     return rows
 
 
+KERNEL_HEADERS = {  # kernel class (helpers.train.profiling.kernel_classes) -> its column
+    "matmul": "matmul",
+    "attention": "attention",
+    "triton (compiled)": "Triton",
+    "copy/cast": "copy/cast",
+    "elementwise/other": "elementwise",
+    "cross-entropy": "CE",
+    "optimizer": "optimizer",
+    "communication": "comm.",
+}
+
+
+def kernel_row(name: str, step_ms: float, ms: dict[str, float], idle_ms: float) -> dict:
+    """One run's profiled step for a kernel table: the timed step, the time its GPU computed
+    nothing (``idle``) and each kernel class's ms per step, under the short headers of
+    :data:`KERNEL_HEADERS` so that the table fits the page."""
+    row = {"run": name, "step": round(step_ms, 1), "idle": round(idle_ms, 1)}
+    return row | {h: round(ms[c], 1) for c, h in KERNEL_HEADERS.items() if c in ms}
+
+
 def kernel_rows(record: dict) -> list[dict]:
     """Rank 0's profiled device time per step by kind of kernel
-    (helpers.train.profiling.kernel_classes), per run.
+    (helpers.train.profiling.kernel_classes), per run (:func:`kernel_row`).
 
-    ``compute ms`` sums every class but communication; ``step − compute ms`` is the timed step less
-    that: the time rank 0's GPU computed nothing (exposed communication, or waiting for the
-    host)."""
+    ``idle`` is the timed step less every class but communication: the time rank 0's GPU
+    computed nothing (exposed communication, or waiting for the host)."""
     rows = []
     for run in record["runs"]:
         s = summarize(run["name"], run)
         if s["ok"] and s.get("kernels"):
             ms = s["kernels"]["ms"]
+            step = 1000 * s["seconds_per_step"]
             compute = sum(v for c, v in ms.items() if c != "communication")
-            row = {
-                "name": s["name"],
-                "timed step ms": round(1000 * s["seconds_per_step"], 1),
-                "compute ms": round(compute, 1),
-                "step − compute ms": round(1000 * s["seconds_per_step"] - compute, 1),
-            }
-            rows.append({**row, **{f"{c} ms": v for c, v in ms.items()}})
+            rows.append(kernel_row(s["name"], step, ms, step - compute))
     return rows
 
 
 def columns(rows: list[dict]) -> list[str]:
-    """Every key of a list of rows, in first-seen order (kernel tables differ in their classes)."""
-    return list(dict.fromkeys(k for r in rows for k in r))
+    """The columns of kernel rows: run, step and idle, then the kernel classes any row has, in
+    the order of :data:`KERNEL_HEADERS`."""
+    return ["run", "step", "idle"] + [
+        h for h in KERNEL_HEADERS.values() if any(h in r for r in rows)
+    ]
 
 
 def figure(record: dict, target: float = 0.5):

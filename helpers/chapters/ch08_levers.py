@@ -1,10 +1,10 @@
 """Chapter 8, "One H200, one lever per row": the lever, head-to-head and FP8 records as tables.
 
-Used by ``notebooks/08_troubleshooting.ipynb`` and the page's quoted numbers (tests recompute
-them). Reads ``results/1x…/flagship_levers.json``, ``flagship_levers_h2h.json`` and
+Used by ``notebooks/08_troubleshooting.ipynb`` and :mod:`helpers.chapters.ch08_lever_numbers`.
+Reads ``results/1x…/flagship_levers.json``, ``flagship_levers_h2h.json`` and
 ``flagship_fp8.json`` (:mod:`helpers.record.flagship_levers`); every figure is recomputed from
 the runs' rows (:func:`helpers.record.flagship_levers.row`). The figures are in
-:mod:`helpers.chapters.ch08_levers_figures`.
+:mod:`helpers.figures.ch08_levers`.
 """
 
 from __future__ import annotations
@@ -13,29 +13,16 @@ from helpers.record.flagship_levers import MATMUL_CEILING_TFLOPS, PARTS, row
 from helpers.cost.mfu import H200_BF16_PEAK
 from helpers.record.flagship_summary import compare
 
-# kernel classes shown as columns (helpers.train.profiling.KERNEL_CLASSES), in this order
-KERNEL_COLUMNS = (
-    "matmul",
-    "attention",
-    "triton (compiled)",
-    "copy/cast",
-    "cross-entropy",
-    "elementwise/other",
-    "optimizer",
-    "communication",
-)
 COLUMNS = [
     "run",
     "mbs",
     "tokens/s",
     "MFU %",
-    "of ceiling %",
+    "of reference %",
     "peak GiB",
+    "step ms",
     "max |Δ ref|",
     "loss ok",
-    "step ms",
-    "idle ms",
-    *(f"{k} ms" for k in KERNEL_COLUMNS),
 ]
 
 
@@ -72,26 +59,36 @@ def rows(record: dict) -> list[dict]:
 
 
 def table_row(s: dict) -> dict:
-    """One run for the table: speed, MFU, the ceiling's share, memory, the loss check, and the
-    profiled step's milliseconds by kernel class (``idle``: step time no kernel covered)."""
+    """One run for the table: speed, MFU, the share of the measured reference rate, memory, the
+    step and the loss check."""
     if not s["ok"]:
         reason = s["error"].strip().splitlines()[0][:90] if s.get("error") else "failed"
         return {"run": s["name"], "tokens/s": "failed", "loss ok": reason}
-    out = {
+    return {
         "run": s["name"],
         "mbs": s["micro_batch"],
         "tokens/s": f"{s['tokens_per_s_per_gpu']:,}",
         "MFU %": f"{100 * s['mfu']:.1f}",
-        "of ceiling %": f"{100 * s['ceiling_fraction']:.1f}",
+        "of reference %": f"{100 * s['ceiling_fraction']:.1f}",
         "peak GiB": s["peak_gib"],
+        "step ms": f"{1000 * s['seconds_per_step']:.1f}",
         "max |Δ ref|": s["max_ref_gap"],
         "loss ok": "yes" if s["loss_ok"] else "NO",
-        "step ms": f"{1000 * s['seconds_per_step']:.1f}",
     }
-    ms = (s.get("kernels") or {}).get("ms")
-    if ms:
-        out["idle ms"] = f"{1000 * s['seconds_per_step'] - sum(ms.values()):.1f}"
-        out.update({f"{k} ms": f"{ms.get(k, 0.0):.1f}" for k in KERNEL_COLUMNS})
+
+
+def kernel_rows(record: dict) -> list[dict]:
+    """The profiled step of every run that has one, by kind of kernel
+    (:func:`helpers.chapters.ch08_flagship.kernel_row`); ``idle``: the step time no kernel
+    covered."""
+    from helpers.chapters.ch08_flagship import kernel_row
+
+    out = []
+    for s in rows(record):
+        ms = (s.get("kernels") or {}).get("ms")
+        if s["ok"] and ms:
+            step = 1000 * s["seconds_per_step"]
+            out.append(kernel_row(s["name"], step, ms, step - sum(ms.values())))
     return out
 
 
@@ -176,7 +173,7 @@ def fp8_rows(record: dict) -> list[dict]:
                 "steps": n,
                 "loss last": s["losses"][-1],
                 "max |Δ loss| vs bf16": f"{gap:.4f}",
-                "matmul ms": r.get("matmul ms", "—"),
+                "matmul ms": f"{(s.get('kernels') or {}).get('ms', {}).get('matmul', 0.0):.1f}",
             }
         out.append(r)
     return out
@@ -187,7 +184,7 @@ def model_phases(args: list[str]) -> dict[str, float]:
     flags at world size 1, in GiB, keyed like the snapshot's phase ends: "forward" (end of the
     forward), "backward" (end of the backward), "step" (the optimizer step). With a fused loss
     (``--fused_ce``) the model's logits and loss terms are left out: that loss keeps no logits."""
-    from helpers.config.layout import TrainLayout
+    from helpers.parallel.train_layout import TrainLayout
     from helpers.cost.memory_llama import predict
     from helpers.train.framework_run import layout_from, parser
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 
-from helpers.record.runner import loss_verdict, mean_losses
+from helpers.train.reference import loss_verdict, mean_losses
 
 RECORD_COMMAND = "python -m helpers.record ch08 --record --only {part}"
 

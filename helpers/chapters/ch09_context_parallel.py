@@ -16,7 +16,7 @@ import matplotlib.pyplot as plt
 
 from helpers.cost.comm import NOMINAL_LINKS, ops_bytes_sent, ulysses_layer_ops
 from helpers.cost.mfu import H200_BF16_PEAK
-from helpers.notebook.plots import DPI
+from helpers.figures.style import DPI
 from helpers.parallel.cp import (
     LAYOUTS,
     critical_path,

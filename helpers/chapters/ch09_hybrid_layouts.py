@@ -10,7 +10,7 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 
 from helpers.chapters.ch09_records import failure_line, first_rank
-from helpers.notebook.plots import DPI, RANK_COLOURS
+from helpers.figures.style import DPI, RANK_COLOURS
 
 
 def mfu_of(result: dict) -> float:

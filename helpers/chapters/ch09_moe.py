@@ -8,7 +8,7 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 
 from helpers.chapters.ch09_records import failure_line, first_rank
-from helpers.notebook.plots import DPI, RANK_COLOURS
+from helpers.figures.style import DPI, RANK_COLOURS
 
 
 def moe_load_figure(results: list[dict]):

@@ -2,7 +2,7 @@
 
 Used by ``notebooks/09_quick_demos.ipynb`` for the parts ``nan`` (sequence 1,024) and ``nan2048``,
 and for the CPU run of Colossal-AI's vocabulary-parallel cross-entropy in bf16
-(``helpers.demos.ch09_dist_ce``: :func:`dist_ce_rows`, :func:`zero_gradient_line`).
+(``helpers.demos.ch09_dist_ce``: :func:`dist_ce_rows`, :func:`first_zero_gradient`).
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 
 from helpers.chapters.ch09_records import first_rank, run_status
-from helpers.notebook.plots import DPI, RANK_COLOURS
+from helpers.figures.style import DPI, RANK_COLOURS
 
 
 def nan_rows(runs: list[dict]) -> list[dict]:
@@ -51,23 +51,6 @@ def nan_rows(runs: list[dict]) -> list[dict]:
     return rows
 
 
-def nan_loss_lines(runs: list[dict]) -> list[str]:
-    """Per run of a NaN study: its first and last loss, the number of steps, the loss at step 11
-    (where the reported NaN came) and whether every loss is finite, when the run reported losses;
-    then its :func:`run_status`, indented."""
-    lines = []
-    for run in runs:
-        r = first_rank(run)
-        if "losses" in r:
-            losses = r["losses"]
-            lines.append(
-                f"{run['name']}: {losses[0]:.4f} -> {losses[-1]:.4f} in {len(losses)} steps, "
-                f"step 11: {losses[11]:.4f}, all finite: {all(x == x for x in losses)}"
-            )
-        lines.append(f"  status: {run_status(run)}")
-    return lines
-
-
 def dist_ce_rows(results: list[dict]) -> list[dict]:
     """One row per margin of ``helpers.demos.ch09_dist_ce`` (rank 0's RESULT lines): the loss and
     the target logit's gradient, exact (float64) and from Colossal-AI's ``cross_entropy_1d`` in
@@ -89,16 +72,18 @@ def dist_ce_rows(results: list[dict]) -> list[dict]:
     ]
 
 
-def zero_gradient_line(results: list[dict]) -> str:
-    """The first margin at which Colossal-AI's bf16 gradient of the target logit is exactly 0, and
-    the exact gradient there; raises when it never is (the demo is there to show that it is)."""
+def first_zero_gradient(results: list[dict]) -> dict:
+    """The first margin at which Colossal-AI's bf16 gradient of the target logit is exactly 0:
+    ``{"margin", "exact_grad", "exact_loss"}`` (the exact float64 gradient and loss there); raises
+    when it never is (the demo is there to show that it is)."""
     lost = next((r for r in results if r["target_grad_colossal"][0] == 0.0), None)
     if lost is None:
         raise ValueError("Colossal-AI's target gradient is never exactly 0 at these margins")
-    return (
-        f"target gradient exactly 0 from margin {lost['margin']:.0f} on; exact value there: "
-        f"{lost['target_grad_exact'][0]:.1e}"
-    )
+    return {
+        "margin": lost["margin"],
+        "exact_grad": lost["target_grad_exact"][0],
+        "exact_loss": lost["loss_exact"],
+    }
 
 
 def _variant(run: dict):
@@ -149,3 +134,15 @@ def nan_figure(*studies: list[dict], titles: tuple[str, ...] = ()):
     axes[0][0].set_ylabel("loss (log scale)")
     fig.tight_layout()
     return fig
+
+
+def reader_status(status: str) -> str:
+    """A run's :func:`helpers.chapters.ch09_records.run_status` as the chapter shows it: what
+    the run gives the reader (its steps, or that it did not run); the launcher's details stay in
+    the appendix."""
+    if status.startswith("not ok: every rank reported all"):
+        steps = status.split("reported all ")[1].split(" steps")[0]
+        return f"all {steps} steps reported, then the launch did not end cleanly"
+    if status.startswith("not run"):
+        return "not run"
+    return status

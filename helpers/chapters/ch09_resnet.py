@@ -10,7 +10,7 @@ reference.
 from __future__ import annotations
 
 from helpers.chapters.ch09_records import failure_line, first_rank, recorded, run_status
-from helpers.notebook.measured import approx, approx_list, check
+from helpers.notebook.measured import approx
 from helpers.record.ch09 import ONE_GPU_COMMAND as RESNET_ONE_GPU_COMMAND
 from helpers.record.results import box_label, describe
 
@@ -130,36 +130,3 @@ def cpu_rows(runs: list[dict], train_size: int, batch: int = 100) -> list[dict]:
         }
         for r in runs
     ]
-
-
-def accuracy_check(result: dict, at_least: float = 0.9) -> str:
-    """Assert that a run's test accuracy is at least ``at_least`` and return the line saying so
-    (:func:`helpers.notebook.measured.check`, in %)."""
-    return check(
-        "test accuracy", result["accuracy"], at_least=at_least, fmt=".2f", unit=" %", scale=100
-    )
-
-
-def resume_lines(uninterrupted: dict, resumed: dict, start: int = 6) -> list[str]:
-    """The notebook's "Resume and evaluate": the losses of epochs ``start`` + 1 to the end, of the
-    uninterrupted run and of the run resumed from its checkpoint at epoch ``start``, and whether the
-    two agree loss for loss and in accuracy."""
-    span = f"epochs {start + 1}-{len(uninterrupted['losses'])}"
-    same = (
-        resumed["losses"] == uninterrupted["losses"][start:]
-        and resumed["accuracy"] == uninterrupted["accuracy"]
-    )
-    return [
-        f"{span}, uninterrupted: {approx_list(uninterrupted['losses'][start:])}",
-        f"{span}, resumed:       {approx_list(resumed['losses'])}",
-        f"resumed == uninterrupted, loss for loss and in accuracy: {same}",
-    ]
-
-
-def eval_line(evaluated: dict, trained: dict, checkpoint: str = "model_12.pth") -> str:
-    """The accuracy ``helpers.demos.ch09_resnet_eval`` measured on ``checkpoint`` and whether it
-    equals the one the training script reported."""
-    return (
-        f"eval script, {checkpoint}: {approx(100 * evaluated['accuracy'], '.2f', ' %')}; "
-        f"equal to the training script's: {evaluated['accuracy'] == trained['accuracy']}"
-    )

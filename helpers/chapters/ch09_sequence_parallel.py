@@ -2,7 +2,7 @@
 
 Used by ``notebooks/09_quick_demos.ipynb``: each layout's points (one per sequence length) with
 their memory and speed, the allocation a run failed on as the CUDA error states it, and the size
-of the attention scores (:func:`sp_oom_rows`, :func:`kept_scores_line`).
+of the attention scores (:func:`sp_oom_rows`, :func:`kept_scores_gib`).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import re
 import matplotlib.pyplot as plt
 
 from helpers.chapters.ch09_records import failure_line
-from helpers.notebook.plots import DPI, RANK_COLOURS
+from helpers.figures.style import DPI, RANK_COLOURS
 
 
 def sweep_points(run: dict) -> list[dict]:
@@ -155,15 +155,10 @@ def sp_oom_rows(runs: list[dict]) -> list[dict]:
     return rows
 
 
-def kept_scores_line(seq: int, heads_per_gpu: int = 8, preset: str = "half") -> str:
-    """What eager attention keeps for the backward pass on one GPU at sequence ``seq``: the fp32
-    softmax and its bf16 copy (4 + 2 bytes per score) of ``heads_per_gpu`` heads in every layer of
-    the preset."""
+def kept_scores_gib(seq: int, heads_per_gpu: int = 8, preset: str = "half") -> float:
+    """What eager attention keeps for the backward pass on one GPU at sequence ``seq``, in GiB:
+    the fp32 softmax and its bf16 copy (4 + 2 bytes per score) of ``heads_per_gpu`` heads in
+    every layer of the preset."""
     from helpers.train.presets import PRESETS
 
-    layers = PRESETS[preset]["layers"]
-    return (
-        f"s = {seq:,}: scores kept for the backward, fp32 softmax + bf16 copy, "
-        f"{layers} layers x {heads_per_gpu} heads: "
-        f"{layers * attention_scores_gib(seq, heads_per_gpu, 4 + 2):.0f} GiB per GPU"
-    )
+    return PRESETS[preset]["layers"] * attention_scores_gib(seq, heads_per_gpu, 4 + 2)

@@ -9,11 +9,10 @@ from __future__ import annotations
 
 from helpers.chapters.ch10_shown import Shown
 from helpers.chapters.ch08_tp_placement import placement_name, tp_placements
-from helpers.config.shape import ModelShape
+from helpers.models.shape import ModelShape
 from helpers.cost import memory_plan
 from helpers.cost.memory import GB, seed_estimate_memory
 from helpers.cost.mfu import flops_per_token, mfu
-from helpers.notebook.tables import glue_numbers
 from helpers.parallel.layouts import Layout, data_degree
 from helpers.parallel.pp import bubble_fraction
 from helpers.record import results
@@ -129,18 +128,14 @@ def tp_seq_for(target_s: float = 0.1, per_node: int = 4, tp: int = 8) -> dict:
     return {"seq": seq, "latency_share": p["latency_s"] / target_s, "placement": placement_name(p)}
 
 
-def tp_numbers(glue: bool = False) -> dict[str, int]:
-    """The numbers Chapter 10's page quotes about TP across nodes, under their glue keys; with
-    ``glue`` also glued for the page
-    (:func:`helpers.notebook.tables.glue_numbers`)."""
+def tp_numbers() -> dict[str, int]:
+    """Exercise 1's answer under its glue keys: the sequence length at which TP of 8 spread as
+    2 nodes × 4 GPUs spends 100 ms per micro-batch in all-reduces, and the latency's share."""
     r = tp_seq_for()
-    numbers = {
+    return {
         "ch10-tp-seq-100ms": int(round(r["seq"], -1)),
         "ch10-tp-seq-100ms-latency-pct": round(100 * r["latency_share"]),
     }
-    if glue:
-        glue_numbers(numbers)
-    return numbers
 
 
 def too_few_microbatches(p: int = 4) -> Shown:

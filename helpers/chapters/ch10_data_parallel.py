@@ -11,6 +11,7 @@ import torch
 from torch.utils.data import DistributedSampler
 
 from helpers.chapters.ch10_shown import Shown
+from helpers.parallel.data_shard import data_sampler
 from helpers.parallel.mesh import RankMesh
 
 
@@ -51,14 +52,7 @@ def sampler_by_world(world: int = 4, tp: int = 2, samples: int = 8) -> Shown:
         r: list(DistributedSampler(range(samples), num_replicas=world, rank=r, shuffle=False))
         for r in range(world)
     }
-    by_dp = {
-        r: list(
-            DistributedSampler(
-                range(samples), num_replicas=mesh.dp, rank=mesh.coords(r)["dp"], shuffle=False
-            )
-        )
-        for r in range(world)
-    }
+    by_dp = {r: list(data_sampler(range(samples), mesh, r, shuffle=False)) for r in range(world)}
     group = mesh.group_of(0, "tp")
     return Shown(
         wrong=f"dp={mesh.dp}, tp={tp}: num_replicas=world gives tensor group {group} the samples "
@@ -70,19 +64,45 @@ def sampler_by_world(world: int = 4, tp: int = 2, samples: int = 8) -> Shown:
     )
 
 
+# [start: token-mean]
+def token_mean(loss_sum: torch.Tensor, tokens: torch.Tensor, all_reduce_sum) -> torch.Tensor:
+    """The loss per token over all ranks: sum the losses and the token counts over the ranks (one
+    all-reduce of SUM on a pair), then divide. On ranks, ``all_reduce_sum`` is
+    ``lambda t: (dist.all_reduce(t), t)[1]``."""
+    both = all_reduce_sum(torch.stack([loss_sum, tokens.to(loss_sum.dtype)]))
+    return both[0] / both[1]
+
+
+# [end: token-mean]
+
+
 def uneven_token_mean(counts: tuple[int, int] = (12, 36), seed: int = 0) -> Shown:
     """Averaging per-rank token means is not the global token mean when ranks hold different
-    counts."""
+    counts; :func:`token_mean` is, with the all-reduce played by a sum over the ranks."""
     g = torch.Generator().manual_seed(seed)
     per_rank = [
         torch.rand(c, generator=g, dtype=torch.float64) * (1 + r) for r, c in enumerate(counts)
     ]
     mean_of_means = sum(t.mean() for t in per_rank) / len(per_rank)
     global_mean = torch.cat(per_rank).mean()
-    fixed = sum(t.sum() for t in per_rank) / sum(counts)  # all-reduce the sums and the counts
+    pairs = [torch.stack([t.sum(), torch.tensor(float(len(t)))]) for t in per_rank]
+    fixed = token_mean(per_rank[0].sum(), torch.tensor(counts[0]), lambda _: sum(pairs))
     return Shown(
         wrong=f"token counts {list(counts)}: mean of the per-rank means "
         f"{float(mean_of_means):.4f}, true token mean {float(global_mean):.4f}",
         fixed=f"all-reduce (sum of losses, number of tokens), then divide: {float(fixed):.4f}",
         holds=bool(abs(mean_of_means - global_mean) > 0.05 and abs(fixed - global_mean) < 1e-12),
     )
+
+
+def stable_rate_limit(n: int = 1024, features: int = 16, seed: int = 0) -> float:
+    """2/λ_max of the regression's mean-squared loss (its Hessian is 2XᵀX/n): gradient descent on
+    this quadratic converges only for learning rates below it."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, features, generator=g, dtype=torch.float64)
+    return 2 / float(torch.linalg.eigvalsh(2 * x.T @ x / n).max())
+
+
+def scaled_rate_losses(dps=(1, 64, 128), batch: int = 8, lr: float = 0.01) -> dict[int, float]:
+    """Loss after one epoch with the linear scaling rule (learning rate × D) for each D."""
+    return {dp: _sgd_epoch(dp * batch, dp * lr) for dp in dps}

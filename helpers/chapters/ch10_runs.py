@@ -1,6 +1,6 @@
 """Chapter 10's pitfalls that run something: torchrun ranks, Colossal-AI code, a training loop.
 
-Listed in :mod:`helpers.chapters.ch10_pitfalls`; each returns a
+Named by ``helpers/data/pitfalls.yaml``; each returns a
 :class:`~helpers.chapters.ch10_shown.Shown`, like the in-process demos. All run on the CPU in a few
 seconds each:
 
@@ -234,9 +234,11 @@ def orphaned_workers() -> Shown:
     left = _alive(worker)
     if left:
         os.kill(worker, signal.SIGKILL)  # clean up after the demonstration
-    grouped = _start(folder / "group", start_new_session=True)
-    os.killpg(grouped.pid, signal.SIGKILL)  # what helpers.run.launch does: the whole process group
+    # [start: kill-process-group]
+    grouped = _start(folder / "group", start_new_session=True)  # its own session and group
+    os.killpg(grouped.pid, signal.SIGKILL)  # on a timeout: the whole group, workers included
     grouped.wait()
+    # [end: kill-process-group]
     worker2 = int((folder / "group").read_text())
     time.sleep(0.2)
     left2 = _alive(worker2)

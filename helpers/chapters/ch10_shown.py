@@ -3,7 +3,8 @@ did.
 
 Every demo of :mod:`helpers.chapters.ch10_costs`, :mod:`helpers.chapters.ch10_layout_rules`,
 :mod:`helpers.chapters.ch10_data_parallel` and :mod:`helpers.chapters.ch10_runs` returns one;
-:mod:`helpers.chapters.ch10_pitfalls` lists them.
+:mod:`helpers.chapters.ch10_pitfalls` loads the pitfalls that name them
+(``helpers/data/pitfalls.yaml``).
 """
 
 from __future__ import annotations

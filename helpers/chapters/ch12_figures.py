@@ -16,7 +16,7 @@ import matplotlib.pyplot as plt
 from helpers.chapters.ch12_predict import value
 from helpers.chapters.ch12_published import RUNS
 from helpers.cost.hardware import preset
-from helpers.notebook.plots import DPI, RANK_COLOURS
+from helpers.figures.style import DPI, RANK_COLOURS
 
 # sorts the rows of the clicked column's table: numbers numerically, the rest as text; a second
 # click reverses

@@ -83,7 +83,8 @@ def rank_rows() -> list[dict]:
 # --- scale by simulation ---------------------------------------------------------------------
 
 SCALE_GPUS = tuple(64 * 2**k for k in range(9))  # 64 ... 16,384
-SCALE_BATCH = 2048  # sequences of 8,192 tokens: Llama 3's 16M tokens per step (Table 4)
+# sequences of 8,192 tokens per step: Llama 3's 16M tokens (Table 4, in the data file)
+SCALE_BATCH = by_key("L3-16K GPUs").global_batch
 
 
 @lru_cache(maxsize=None)
@@ -158,3 +159,25 @@ def page_numbers(ranks: list[dict], best: list[dict], fixed: list[dict]) -> dict
         "ch12-gain-1t": by["MEG-1008.0B"]["gain %"],
         "ch12-rank-opt": by["OPT"]["published rank"],
     }
+
+
+def fixed_bubble_rows(batch: int, gpus=SCALE_GPUS + (32768,)) -> list[dict]:
+    """The published Llama 3 layout (T = 8, P = 16, D = G/128) at a global batch of ``batch``
+    sequences: micro-batches per replica and the bubble's share of the step, at each size."""
+    run = by_key("L3-16K GPUs")
+    shape, hw = timed_shape(run), preset(run.cluster, fitted_eta())
+    rows = []
+    for G in (g for g in gpus if g >= 128 and batch % (g // 128) == 0):
+        layout = replace(layout_of(run), dp=G // 128)
+        p = plan_layout(shape, layout, batch, hw, run.recompute, check=False)
+        rows.append(
+            {"GPUs": G, "m": p.microbatches, "bubble %": round(100 * shares(p)["bubble"], 1)}
+        )
+    return rows
+
+
+def plan_problem(shape, gpus: int, batch: int, cluster: str) -> list:
+    """The planner's fastest plan of each set of degrees for a problem, fastest first, with the
+    fitted ε on a cluster of :mod:`helpers.cost.hardware`."""
+    fits, _ = plan(shape, gpus, batch, preset(cluster, fitted_eta()))
+    return best_by_degrees(fits)

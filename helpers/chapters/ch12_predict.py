@@ -29,7 +29,7 @@ from dataclasses import replace
 from functools import lru_cache
 
 from helpers.chapters.ch12_published import RUNS, Run, by_key
-from helpers.config.shape import ModelShape
+from helpers.models.shape import ModelShape
 from helpers.cost.hardware import preset
 from helpers.cost.memory_plan import GIB, megatron_states, peak
 from helpers.cost.moe import MoEShape, ep_step, states_per_gpu
@@ -48,7 +48,8 @@ def value(run: Run, name: str):
 
 
 def timed_shape(run: Run) -> ModelShape:
-    """The shape the step model times: ⌈L/P⌉·P layers, and s/C tokens per rank under CP."""
+    """The shape the step model times: ⌈L/P⌉·P layers, and s/S tokens per rank under context
+    parallelism of degree S."""
     m, pp = run.model, run.pp
     layers = -(-m.layers // pp) * pp
     return replace(m, layers=layers, seq_len=run.seq // run.cp)

@@ -32,7 +32,7 @@ The sources (each run's ``source`` is a key of :data:`SOURCES`):
 * ALPACA: the release post (crfm.stanford.edu/2023/03/13/alpaca.html: 8 A100 80 GB, 3 hours) and
   the repository's README (tatsu-lab/stanford_alpaca).
 
-The architectures (:class:`helpers.config.shape.ModelShape`, :class:`helpers.cost.moe.MoEShape`)
+The architectures (:class:`helpers.models.shape.ModelShape`, :class:`helpers.cost.moe.MoEShape`)
 are built here from the numbers in the same file, with their sources. BLOOM's shape is GPT's,
 which counts a learned position table (29 M parameters) that BLOOM's ALiBi does not have.
 """
@@ -47,7 +47,7 @@ from pathlib import Path
 
 import yaml
 
-from helpers.config.shape import ModelShape
+from helpers.models.shape import ModelShape
 from helpers.cost.moe import MoEShape
 
 DATA_FILE = Path(__file__).resolve().parent.parent / "data" / "published_trainings.yaml"

@@ -1,10 +1,10 @@
-"""Chapter 6, "One layout in three configuration languages": a book config as a DeepSpeed JSON.
+"""Chapter 6, "One layout in four configuration languages": a book config as a DeepSpeed JSON.
 
-DeepSpeed is not installed in the book's environment. The key names were read from its source at
-the version in :data:`helpers.config.frameworks.VERSIONS`: the pydantic config models
-``deepspeed/runtime/zero/config.py`` and ``zero/offload_config.py``, ``runtime/constants.py`` and
-``runtime/tensor_parallel/config.py``. Tests check that :func:`to_deepspeed` emits only those
-names; nothing here runs DeepSpeed.
+The key names were read from DeepSpeed 0.19.8's source (:data:`helpers.config.frameworks.VERSIONS`):
+the pydantic config models ``deepspeed/runtime/zero/config.py`` and ``zero/offload_config.py``,
+``runtime/constants.py`` and ``runtime/tensor_parallel/config.py``. Tests check that
+:func:`to_deepspeed` emits only those names, and Chapter 6's DeepSpeed runs hand what it writes to
+``deepspeed.initialize`` (:mod:`helpers.train.deepspeed_run`), which validates every key.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import warnings
 
-from helpers.config.errors import ConfigWarning
+from helpers.parallel.errors import ConfigWarning
 from helpers.config.loading import load_config
 from helpers.config.plugin import plugin_spec
 from helpers.config.schema import TrainConfig
@@ -37,7 +37,7 @@ def scaled_down(cfg: TrainConfig, max_procs: int, steps: int = 1) -> TrainConfig
     type (grouped-query or not) at a size a CPU runs in seconds; the batch is the smallest that
     feeds every stage; the run is ``steps`` steps and saves a checkpoint after each one. ZeRO
     over a data degree shrunk to 1 shards nothing; the dry run keeps it to exercise its code, so
-    that :class:`~helpers.config.errors.ConfigWarning` is not issued here.
+    that :class:`~helpers.parallel.errors.ConfigWarning` is not issued here.
     """
     if isinstance(max_procs, bool) or not isinstance(max_procs, int) or max_procs < 1:
         raise ValueError(f"max_procs must be a whole number, at least 1, got {max_procs!r}")
@@ -53,12 +53,14 @@ def scaled_down(cfg: TrainConfig, max_procs: int, steps: int = 1) -> TrainConfig
     def size() -> int:
         return math.prod(deg.values())
 
+    # [start: shrink]
     while size() > max_procs and max(deg.values()) > 2:
         name = max(_SHRINK_ORDER, key=lambda k: deg[k])  # ties: the earlier in _SHRINK_ORDER
         deg[name] = _smaller(deg[name])
     for name in _SHRINK_ORDER:
         while size() > max_procs and deg[name] > 1:
             deg[name] = _smaller(deg[name])
+    # [end: shrink]
     tp, pp, sp = deg["tensor"], deg["pipeline"], deg["sequence"]
     if mode in SHARED_SP_MODES and tp == 1 or mode in OWN_AXIS_SP_MODES and sp == 1:
         mode = None

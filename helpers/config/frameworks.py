@@ -1,24 +1,24 @@
-"""Colossal-AI, DeepSpeed and Megatron-LM side by side: the feature table, and one book config in
-all three.
+"""Colossal-AI, DeepSpeed, Megatron-Core and PyTorch side by side: the feature table, and one book
+config in each framework's terms.
 
 Used by Chapter 6. One book config (:class:`helpers.config.schema.TrainConfig`) becomes
 
-* a DeepSpeed JSON config (:func:`helpers.config.deepspeed_json.to_deepspeed`),
-* Megatron-LM command-line arguments (:func:`helpers.config.megatron_args.to_megatron`),
+* a DeepSpeed JSON config (:func:`helpers.config.deepspeed_json.to_deepspeed`), which Chapter 6's
+  DeepSpeed runs hand to ``deepspeed.initialize`` (:mod:`helpers.train.deepspeed_run`),
+* Megatron-LM command-line arguments (:func:`helpers.config.megatron_args.to_megatron`), and from
+  them the keyword arguments of Megatron-Core's objects
+  (:func:`helpers.config.megatron_core.core_kwargs`, checked against Megatron-Core's source),
 * a Colossal-AI plugin (:func:`to_colossalai`, which is :func:`helpers.config.plugin.plugin_spec`);
 
-:func:`convert_all` makes all three and :func:`mapping_rows` lines them up setting by setting.
-The advice on which to choose is :mod:`helpers.config.framework_choice`.
-
-Neither DeepSpeed nor Megatron-LM is installed in the book's environment. The key names were read
-from their sources at the versions in :data:`VERSIONS` (DeepSpeed's pydantic config models
-``deepspeed/runtime/zero/config.py``, ``zero/offload_config.py``, ``runtime/constants.py``,
-``runtime/tensor_parallel/config.py``; Megatron-LM's ``megatron/training/arguments.py`` and the
-dataclasses it turns into flags: ``core/model_parallel_config.py``,
-``core/transformer/transformer_config.py``,
-``core/distributed/distributed_data_parallel_config.py``, ``training/config/*.py``). Tests check
-that the converters only emit those names, and that the Colossal-AI kwargs bind to the installed
-constructors; nothing here runs DeepSpeed or Megatron.
+:func:`convert_all` makes the three and :func:`mapping_rows` lines them up setting by setting.
+:data:`FEATURES` was read from each framework's source at the versions of :data:`VERSIONS`: the
+installed Colossal-AI (``colossalai/booster/plugin/*.py``) and DeepSpeed (``deepspeed/runtime/
+zero/config.py``, ``zero/stage_1_and_2.py``, ``runtime/tensor_parallel/config.py``,
+``sequence/layer.py``, ``runtime/pipe/``), Megatron-Core's wheel (``megatron/core/``:
+``transformer/transformer_config.py``, ``distributed/distributed_data_parallel_config.py``,
+``optimizer/distrib_optimizer.py`` and Megatron-LM's ``docs/user-guide/features/
+dist_optimizer.md``) and the installed torch (``torch.distributed.fsdp``, ``.tensor.parallel``,
+``.pipelining``, ``.tensor.experimental``, ``.checkpoint``).
 """
 
 from __future__ import annotations
@@ -29,83 +29,108 @@ from helpers.config.plugin import PluginSpec, plugin_spec
 from helpers.config.schema import TrainConfig
 
 VERSIONS = {
-    "Colossal-AI": "0.5.0 (installed: colossalai/booster/plugin/*.py)",
-    "DeepSpeed": "0.19.6 (github deepspeedai/DeepSpeed, commit edaa722, 2026-08-22)",
-    "Megatron-LM": "core 0.20.0 (github NVIDIA/Megatron-LM, commit d98e8a6, 2026-08-22)",
+    "Colossal-AI": "0.5.0 (installed)",
+    "DeepSpeed": "0.19.8 (installed in .venv/deepspeed)",
+    "Megatron-Core": "0.19.2 (its wheel's source; Megatron-LM's flags at core 0.20.0, d98e8a6)",
+    "PyTorch": "2.13 (installed)",
 }
 
-# Rows: (feature, Colossal-AI 0.5.0, DeepSpeed 0.19.6, Megatron-LM core 0.20.0). Own words; where
-# the name of a class, key or flag matters it is given exactly as in the source.
+# (feature, Colossal-AI, DeepSpeed, Megatron-Core, PyTorch, where the book runs it). Own words;
+# where the name of a class, key or flag matters it is given exactly as in the source.
 FEATURES = [
     (
-        "ZeRO stages",
-        "1, 2: LowLevelZeroPlugin(stage=); 3: GeminiPlugin (chunks); zero_stage= in "
-        "HybridParallelPlugin (0-2)",
-        "0-3: zero_optimization.stage",
-        "optimizer + gradient sharding: "
-        "--use-distributed-optimizer; full sharding: --use-megatron-fsdp or --use-torch-fsdp2",
+        "ZeRO-1/2: optimizer states (and gradients) sharded",
+        "LowLevelZeroPlugin(stage=1|2); HybridParallelPlugin(zero_stage=)",
+        "zero_optimization.stage 1|2; gradients all-reduced in buckets, each rank keeps its part "
+        "(use_multi_rank_bucket_allreduce, on by default)",
+        "use_distributed_optimizer: fp32 main weights and Adam's moments sharded; the gradient "
+        "buffer stays whole and is reduce-scattered in place",
+        "ZeroRedundancyOptimizer (optimizer states); fully_shard(reshard_after_forward=False)",
+        "Chapter 7: ZeRO-1 from scratch; this chapter: DeepSpeed ZeRO-1/2 on CPU; Chapter 8: "
+        "LowLevelZero on GPUs",
     ),
     (
-        "Offload",
-        "cpu_offload= (LowLevelZero, Hybrid); Gemini placement_policy, offload_optim_frac, "
-        "offload_param_frac",
+        "ZeRO-3: parameters sharded too",
+        "GeminiPlugin (chunks, placement policy; fp16/bf16 only)",
+        "zero_optimization.stage 3; stage3_param_persistence_threshold keeps small ones whole",
+        "Megatron FSDP (use_megatron_fsdp) or --use-torch-fsdp2",
+        "fully_shard (FSDP2)",
+        "this chapter: DeepSpeed ZeRO-3 on CPU, Gemini on 2 GPUs; Chapter 8: FSDP2",
+    ),
+    (
+        "Offload to CPU memory",
+        "cpu_offload= (LowLevelZero, Hybrid); Gemini offload_optim_frac, offload_param_frac",
         "offload_optimizer / offload_param: device cpu or nvme",
-        "--optimizer-cpu-offload",
+        "OptimizerConfig.optimizer_cpu_offload",
+        "fully_shard(offload_policy=CPUOffloadPolicy())",
+        "Chapter 7: offload layouts' memory",
     ),
     (
         "Tensor parallelism",
         "tp_size= (shardformer policies per model family)",
-        "tensor_parallel.autotp_size (AutoTP from the model's TP plan)",
-        "--tensor-model-parallel-size (its own ColumnParallelLinear / RowParallelLinear)",
+        "tensor_parallel.autotp_size (AutoTP on Hugging Face linears)",
+        "tensor_model_parallel_size; ColumnParallelLinear / RowParallelLinear",
+        "parallelize_module with ColwiseParallel / RowwiseParallel (DTensor)",
+        "Chapter 1: TP from scratch; Chapter 2: DTensor mesh; this chapter: tp = 2 on 2 GPUs",
     ),
     (
-        "Megatron-style SP",
+        "Megatron-style sequence parallelism",
         "sequence_parallelism_mode='split_gather' (with tp)",
         "—",
-        "--sequence-parallel (with TP)",
+        "sequence_parallel=True (with TP)",
+        "SequenceParallel() in parallelize_module",
+        "Chapter 1: SP from scratch; Chapter 9: SP sweep",
     ),
     (
-        "Ulysses / ring attention",
+        "Ulysses / ring attention / context parallelism",
         "'all_to_all' (Ulysses), 'ring_attn' (needs flash-attn), sp_size=",
-        "Ulysses: sequence_parallel_size, deepspeed/sequence/layer.py",
-        "context parallelism: "
-        "--context-parallel-size, --cp-comm-type p2p | all_gather | a2a | a2a+p2p",
+        "Ulysses: sequence_parallel_size, DistributedAttention (deepspeed/sequence/layer.py)",
+        "context_parallel_size, cp_comm_type p2p | all_gather | a2a | a2a+p2p",
+        "context_parallel (torch.distributed.tensor.experimental, ring attention)",
+        "Chapter 9: ring attention and Ulysses",
     ),
     (
         "Pipeline schedules",
         "pp_style= '1f1b', 'interleaved', 'zbv' (zero bubble V)",
-        "PipelineModule + TrainSchedule (1F1B-style) in deepspeed/runtime/pipe/",
-        "1F1B; interleaved via "
-        "--num-layers-per-virtual-pipeline-stage; combined_1f1b for MoE overlap",
+        "PipelineModule + TrainSchedule (1F1B-style), deepspeed/runtime/pipe/",
+        "1F1B; interleaved with virtual_pipeline_model_parallel_size",
+        "torch.distributed.pipelining: GPipe, 1F1B, Interleaved1F1B, ZBV zero bubble, DualPipeV",
+        "Chapter 1: schedules from scratch",
     ),
     (
-        "MoE / expert parallelism",
+        "Mixture of experts",
         "MoeHybridParallelPlugin(ep_size=)",
         "deepspeed.moe.layer.MoE(ep_size=)",
-        "--expert-model-parallel-size (+ --expert-tensor-parallel-size)",
+        "expert_model_parallel_size (+ expert_tensor_parallel_size)",
+        "— (no MoE layer; expert parallelism is built on DTensor)",
+        "Chapter 9: MoE",
     ),
     (
-        "Checkpoint formats",
-        "booster.save_model/save_optimizer: one file or sharded, safetensors, "
-        "Hugging Face layout for model weights",
-        "per-rank ZeRO shards; zero_to_fp32.py merges; universal "
-        "checkpoint (ds_to_universal.py) reshapes",
-        "--ckpt-format torch | torch_dist (default) | torch_dcp | fsdp_dtensor",
+        "Checkpoints",
+        "booster.save_model / save_optimizer: sharded, safetensors, Hugging Face layout",
+        "per-rank ZeRO shards; zero_to_fp32.py merges; universal checkpoint reshapes",
+        "dist_checkpointing (torch_dist by default)",
+        "torch.distributed.checkpoint (DCP)",
+        "Chapter 5: save, kill, resume",
     ),
     (
         "Launcher",
-        "torchrun, or `colossalai run` (fabric over ssh, hostfile)",
-        "`deepspeed` runner (--hostfile, --include / --exclude, --num_gpus)",
-        "torchrun with pretrain_*.py scripts",
+        "torchrun, or `colossalai run` (hostfile over ssh)",
+        "`deepspeed` runner (--hostfile, --include / --exclude)",
+        "torchrun with pretrain_gpt.py",
+        "torchrun",
+        "Chapter 5: torchrun, colossalai run, SLURM",
     ),
     (
-        "Config style",
-        "Python: plugin constructor kwargs + Booster",
-        "JSON (--deepspeed_config) read by deepspeed.initialize",
-        "command-line flags (dataclass fields, dashes for underscores)",
+        "Configuration",
+        "Python: plugin keyword arguments + Booster",
+        "a JSON file read by deepspeed.initialize",
+        "dataclasses (TransformerConfig, ...) or pretrain_gpt.py's flags",
+        "code: fully_shard, parallelize_module calls",
+        "this chapter: one YAML written in all four, DeepSpeed's JSON executed",
     ),
 ]
-FEATURE_COLUMNS = ["feature", "Colossal-AI", "DeepSpeed", "Megatron-LM"]
+FEATURE_COLUMNS = ["feature", "Colossal-AI", "DeepSpeed", "Megatron-Core", "PyTorch", "run in"]
 
 
 def to_colossalai(cfg: TrainConfig) -> PluginSpec:

@@ -1,8 +1,8 @@
 """Pydantic's validation errors as one actionable message (Chapter 4, "The schema").
 
 :func:`translate` turns the first error pydantic reports for a configuration into one
-:class:`~helpers.config.errors.ConfigError` naming the field, the value and a fix: the closest valid
-key or choice, an example value, or a hint for a key from older formats (legacy ``config.py``
+:class:`~helpers.parallel.errors.ConfigError` naming the field, the value and a fix: the closest
+valid key or choice, an example value, or a hint for a key from older formats (legacy ``config.py``
 names, the axis abbreviations dp/tp/pp/sp). A string that YAML 1.1 (PyYAML's resolver) would have
 read as a number or a boolean gets the trap named (:func:`yaml11_note`).
 """
@@ -16,8 +16,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from helpers.config.errors import ConfigError, fail
-from helpers.config.schema import TrainConfig
+from helpers.parallel.errors import ConfigError, fail
 from helpers.parallel.vocab import AXES, AXIS_WORDS
 
 _EXAMPLES = {
@@ -121,10 +120,10 @@ def _get(raw: Any, loc: tuple) -> Any:
     return raw
 
 
-def _unknown_key(e: dict, raw: dict, field: str, key: str, value: Any) -> ConfigError:
+def _unknown_key(e: dict, raw: dict, field: str, key: str, value: Any, root) -> ConfigError:
     parent = _get(raw, e["loc"][:-1])
     section = field.rsplit(".", 1)[0] if "." in field else "config"
-    model = TrainConfig if section == "config" else TrainConfig.model_fields[section].annotation
+    model = root if section == "config" else root.model_fields[section].annotation
     valid = list(model.model_fields)
     close = difflib.get_close_matches(key, valid, n=1, cutoff=0.5)
     fix = _HINTS.get(key) or (f"did you mean '{close[0]}'?" if close else "remove it")
@@ -193,9 +192,10 @@ def _wrong_type(kind: str, field: str, key: str, value: Any, example: Any) -> Co
     return fail(field, value, f"must be {want}, not {type(value).__name__}", fix)
 
 
-def translate(err: ValidationError, raw: dict) -> ConfigError:
-    """The first pydantic error as one ConfigError (field, value, fix); the rest are counted
-    after it."""
+def translate(err: ValidationError, raw: dict, root) -> ConfigError:
+    """The first pydantic error of validating ``raw`` as the model ``root`` (a
+    :class:`helpers.config.schema.TrainConfig`) as one ConfigError (field, value, fix); the rest
+    are counted after it."""
     errors = err.errors(include_url=False)
     e = errors[0]
     ctx_error = (e.get("ctx") or {}).get("error")
@@ -205,7 +205,7 @@ def translate(err: ValidationError, raw: dict) -> ConfigError:
     value, kind = e.get("input"), e["type"]
     example = _EXAMPLES.get(key, 1)
     if kind == "extra_forbidden":
-        msg = _unknown_key(e, raw, field, key, value)
+        msg = _unknown_key(e, raw, field, key, value, root)
     elif kind == "missing":
         msg = fail(field, "(missing)", "required", f"add it, e.g. {key}: {example}")
     elif kind == "literal_error":

@@ -19,7 +19,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from helpers.config.errors import ConfigError
+from helpers.parallel.errors import ConfigError
 from helpers.config.legacy_reader import evaluated, parse_legacy
 from helpers.config.loading import load_config
 from helpers.config.schema import TrainConfig

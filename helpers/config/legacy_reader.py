@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from helpers.config.errors import ConfigError
+from helpers.parallel.errors import ConfigError
 
 _OPS = {
     ast.Add: operator.add,

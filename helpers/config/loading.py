@@ -6,7 +6,7 @@ key written twice, a second document and a YAML syntax error are reported with t
 :func:`decode` reads UTF-8, with or without a byte-order mark, and, as the YAML specification
 allows, UTF-16 or UTF-32 with one; any other file is refused with what to do. Top-level keys
 starting with ``x-`` are ignored (a place for anchors that merge keys, ``<<: *name``, copy).
-pydantic's errors are turned into one actionable :class:`~helpers.config.errors.ConfigError` by
+pydantic's errors are turned into one actionable :class:`~helpers.parallel.errors.ConfigError` by
 :mod:`helpers.config.hints`. A bare file name is looked up among the book's bundled examples in
 :data:`CONFIG_DIR` when it is not found where it was given.
 """
@@ -14,14 +14,11 @@ pydantic's errors are turned into one actionable :class:`~helpers.config.errors.
 from __future__ import annotations
 
 import codecs
-import warnings
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
 
-from helpers.config.errors import ConfigError, ConfigWarning, fail
-from helpers.config.hints import translate
+from helpers.parallel.errors import ConfigError, fail
 from helpers.config.schema import TrainConfig
 from helpers.config.yaml_reader import read
 
@@ -126,11 +123,4 @@ def load_config(source: str | Path | dict, world_size: int | None = None) -> Tra
             + ("an empty file" if raw is None else type(raw).__name__),
             "start the file with 'parallelism:'",
         )
-    with warnings.catch_warnings():
-        if world_size is not None:  # resolve() validates again, and warns once, for the world
-            warnings.simplefilter("ignore", ConfigWarning)
-        try:
-            cfg = TrainConfig.model_validate(raw, context={"world_pending": world_size is not None})
-        except ValidationError as e:
-            raise translate(e, raw) from None
-    return cfg.resolve(world_size) if world_size is not None else cfg
+    return TrainConfig.from_raw(raw, world_size)

@@ -1,12 +1,14 @@
-"""Chapter 6, "One layout in three configuration languages": a book config as Megatron-LM
+"""Chapter 6, "One layout in four configuration languages": a book config as Megatron-LM
 command-line arguments.
 
-Megatron-LM is not installed in the book's environment. The flag names were read from its source
-at the version in :data:`helpers.config.frameworks.VERSIONS`: ``megatron/training/arguments.py``
-and the dataclasses it turns into flags, ``core/model_parallel_config.py``,
+The flag names were read from Megatron-LM's source at the version in
+:data:`helpers.config.frameworks.VERSIONS`: ``megatron/training/arguments.py`` and the
+dataclasses it turns into flags, ``core/model_parallel_config.py``,
 ``core/transformer/transformer_config.py``,
 ``core/distributed/distributed_data_parallel_config.py`` and ``training/config/*.py``. Tests check
-that :func:`to_megatron` emits only those flags; nothing here runs Megatron-LM.
+that :func:`to_megatron` emits only those flags; :func:`helpers.config.megatron_core.core_kwargs`
+turns them into the keyword arguments of Megatron-Core's own objects, which Chapter 6's GPU run
+builds (:mod:`helpers.train.megatron_run`).
 """
 
 from __future__ import annotations
@@ -54,6 +56,9 @@ MEGATRON_FLAGS = {
     "--recompute-num-layers",
     "--num-layers-per-virtual-pipeline-stage",
     "--overlap-grad-reduce",
+    "--hidden-dropout",
+    "--attention-dropout",
+    "--norm-epsilon",
 }
 
 
@@ -90,8 +95,9 @@ def to_megatron(
     if p.zero_stage in (1, 2):
         args.append("--use-distributed-optimizer")
         notes.append(
-            f"ZeRO-{p.zero_stage}: the distributed optimizer shards optimizer states and "
-            "reduce-scatters gradients (between Colossal-AI's stages 1 and 2)"
+            f"ZeRO-{p.zero_stage}: the distributed optimizer shards the fp32 main weights and "
+            "Adam's moments and reduce-scatters the gradients into a buffer every rank keeps "
+            "whole: ZeRO-1's memory, ZeRO-2's traffic"
         )
     elif p.zero_stage == 3:
         args.append("--use-torch-fsdp2")
@@ -114,8 +120,8 @@ def to_megatron(
     args += ["--micro-batch-size", str(cfg.micro_batch), "--global-batch-size", str(t.batch_size)]
     if t.precision in HALF_PRECISIONS:
         args.append(f"--{t.precision}")
-    if t.max_grad_norm:
-        args += ["--clip-grad", f"{t.max_grad_norm:g}"]
+    # always: Megatron-LM clips at 1.0 unless told (--clip-grad 0: none, the book's default)
+    args += ["--clip-grad", f"{t.max_grad_norm:g}"]
     args += [
         "--num-layers",
         str(m.layers),
@@ -142,6 +148,13 @@ def to_megatron(
         "--normalization",
         "RMSNorm",
         "--disable-bias-linear",
+        # a Llama has no dropout and RMSNorm's epsilon 1e-6 (Megatron's defaults: 0.1 and 1e-5)
+        "--hidden-dropout",
+        "0",
+        "--attention-dropout",
+        "0",
+        "--norm-epsilon",
+        "1e-06",
         "--lr",
         f"{t.learning_rate:g}",
         "--seed",

@@ -23,9 +23,11 @@ from __future__ import annotations
 import warnings
 from dataclasses import dataclass
 
-from helpers.config.errors import ConfigError, ConfigWarning, warn
+from helpers.parallel.errors import ConfigError, ConfigWarning, warn
 from helpers.config.rules import plugin_word
+from helpers.cost.memory_llama import predict
 from helpers.parallel.factors import divisors
+from helpers.parallel.vocab import CLASS_NAMES
 
 GIB = 2**30
 MODEL = "Chapter 7's memory model (helpers.cost.memory_llama.predict)"
@@ -72,7 +74,7 @@ class Fit:
 
 def layout_of(cfg, procs: int | None = None):
     """(the memory model's layout of ``cfg``, whether its peak is a floor), or (None, why not)."""
-    from helpers.cost.memory_plan import PlanLayout
+    from helpers.cost.memory_plan import PlanLayout  # torch (the rank mesh): a config loads without
 
     p, t = cfg.parallelism, cfg.train
     if cfg.data_degree is None and procs is None:
@@ -106,8 +108,7 @@ def layout_of(cfg, procs: int | None = None):
 
 def predict_fit(cfg, procs: int | None = None) -> Fit:
     """The busiest GPU's predicted bytes for ``cfg`` (see the module notes)."""
-    from helpers.cost.memory_llama import predict
-    from helpers.cost.memory_plan import OUTSIDE_ALLOCATOR_GIB
+    from helpers.cost.memory_plan import OUTSIDE_ALLOCATOR_GIB  # torch (the rank mesh), as above
 
     limit = cfg.hardware.gpu_memory_gib
     layout, floor = layout_of(cfg, procs)
@@ -181,8 +182,6 @@ def check_fits(cfg) -> None:
         + (f" × sequence {p.sequence}" if p.sequence > 1 else "")
         + f", zero_stage {p.zero_stage}, {t.precision}"
     )
-    from helpers.config.plugin import CLASS_NAMES
-
     plugin = CLASS_NAMES[plugin_word(cfg)]
     amp = (
         " or more (torch AMP keeps fp32 weights, gradients, DDP buckets and Adam states; "

@@ -24,7 +24,7 @@ import os
 import re
 from pathlib import Path
 
-from helpers.config.errors import fail
+from helpers.parallel.errors import fail
 
 FIELD = "train.checkpoint_dir"
 _UNEXPANDED = re.compile(r"\$(\w+|\{[^}]*\})")

@@ -26,17 +26,9 @@ import warnings
 from dataclasses import dataclass, field
 
 from helpers.config.schema import TrainConfig
-from helpers.parallel.vocab import PLUGINS
+from helpers.parallel.degrees import COLOSSALAI
+from helpers.parallel.vocab import CLASS_NAMES, PLUGINS
 
-# The class of each plugin word of helpers.parallel.vocab (colossalai/booster/plugin/__init__.py).
-CLASS_NAMES = {
-    "torch_ddp": "TorchDDPPlugin",
-    "low_level_zero": "LowLevelZeroPlugin",
-    "gemini": "GeminiPlugin",
-    "hybrid_parallel": "HybridParallelPlugin",
-    "moe_hybrid_parallel": "MoeHybridParallelPlugin",
-}
-assert tuple(CLASS_NAMES) == PLUGINS, "one class name per plugin word of helpers.parallel.vocab"
 
 CPU_ONLY_DP = (
     "Colossal-AI 0.5.0 runs only data parallelism (TorchDDPPlugin, fp32) on the CPU: "
@@ -108,7 +100,7 @@ def _config_spec(cfg: TrainConfig) -> PluginSpec:
     if p.zero_stage == 3:
         kwargs = {
             "precision": t.precision,
-            **({"tp_size": p.tensor} if p.tensor > 1 else {}),
+            **({COLOSSALAI["tensor"]: p.tensor} if p.tensor > 1 else {}),
             **extra,
         }
         return PluginSpec(
@@ -140,16 +132,9 @@ def _config_spec(cfg: TrainConfig) -> PluginSpec:
             + (", fp16 through torch AMP" if booster else ""),
             notes=notes,
         )
-    kwargs: dict = {
-        "tp_size": p.tensor,
-        "pp_size": p.pipeline,
-        "precision": t.precision,
-        "zero_stage": p.zero_stage,
-    }
-    if p.sequence_mode:
-        kwargs.update(enable_sequence_parallelism=True, sequence_parallelism_mode=p.sequence_mode)
-        if p.sp_in_world > 1:
-            kwargs["sp_size"] = p.sequence
+    degrees = cfg.degrees.colossalai()  # tp_size, pp_size, then the sequence's (one rename table)
+    kwargs = {k: degrees.pop(k) for k in list(degrees)[:2]}
+    kwargs |= {"precision": t.precision, "zero_stage": p.zero_stage} | degrees
     if p.pipeline > 1:
         if p.microbatches:
             kwargs["num_microbatches"] = p.microbatches

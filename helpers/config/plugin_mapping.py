@@ -8,8 +8,7 @@ every name in a cell that is followed by '=' is a keyword argument of that plugi
 
 from __future__ import annotations
 
-from helpers.config.plugin import CLASS_NAMES
-from helpers.parallel.vocab import PLUGINS
+from helpers.parallel.vocab import CLASS_NAMES, PLUGINS
 
 MAPPING_PLUGINS = tuple(CLASS_NAMES[w] for w in PLUGINS[:4])  # the MoE plugin takes no config
 

@@ -2,9 +2,9 @@
 who would complain otherwise"): :data:`RULES`, the one table.
 
 Every bad configuration is rejected *before* any process starts, with one
-:class:`~helpers.config.errors.ConfigError` whose message names the field, the value and how to fix
-it. The table holds every rule of a layout (:data:`helpers.config.layout_rules.LAYOUT_RULES`, the
-same rules :func:`helpers.parallel.layouts.violations` lists) and the rules only a configuration
+:class:`~helpers.parallel.errors.ConfigError` whose message names the field, the value and how to
+fix it. The table holds every rule of a layout (:data:`helpers.parallel.layout_rules.LAYOUT_RULES`,
+the same rules :func:`helpers.parallel.layouts.violations` lists) and the rules only a configuration
 file can break (:data:`CONFIG_RULES`: a precision, a sequence degree written twice, an option for
 the wrong plugin; :data:`helpers.config.run_rules.RUN_RULES`: numbers a rank would fail on). They
 mirror the checks that Colossal-AI 0.5.0's plugins run only after ``torchrun`` has started every
@@ -16,16 +16,12 @@ reported, the most fundamental first.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from helpers.config.errors import ConfigError, fail, warn
-from helpers.config.layout_rules import MESH_RULES, SHAPE_RULES, Case, Rule, nearest
+from helpers.parallel.errors import ConfigError, fail, warn
+from helpers.parallel.case import Case
+from helpers.parallel.layout_rules import GEMINI_RULES, MESH_RULES, SHAPE_RULES, Rule, nearest
 from helpers.config.run_rules import RUN_RULES, RUN_WARNINGS
 from helpers.parallel.factors import divisors
 from helpers.parallel.vocab import OWN_AXIS_SP_MODES, SHARED_SP_MODES
-
-if TYPE_CHECKING:
-    from helpers.config.schema import TrainConfig
 
 # where a config's overlap_communication goes: the plugins that take it (their __init__ in
 # colossalai/booster/plugin/), and what the others do instead
@@ -39,8 +35,9 @@ OVERLAP_ELSEWHERE = {
 }
 
 
-def plugin_word(cfg: TrainConfig) -> str:
+def plugin_word(cfg) -> str:
     """The plugin a config gets (:func:`helpers.config.plugin.plugin_spec` builds its kwargs)."""
+    # [start: plugin-choice]
     p, t = cfg.parallelism, cfg.train
     if p.zero_stage == 3:
         return "gemini"
@@ -49,10 +46,11 @@ def plugin_word(cfg: TrainConfig) -> str:
     if p.model_parallel == 1 and t.precision != "bf16":
         return "torch_ddp"
     return "hybrid_parallel"
+    # [end: plugin-choice]
 
 
-def config_case(cfg: TrainConfig) -> Case:
-    """A configuration as the :class:`~helpers.config.layout_rules.Case` the rules test."""
+def config_case(cfg) -> Case:
+    """A configuration as the :class:`~helpers.parallel.layout_rules.Case` the rules test."""
     p, t = cfg.parallelism, cfg.train
     return Case(
         cfg.data_degree,
@@ -112,28 +110,7 @@ CONFIG_RULES = [  # what only a configuration file can get wrong
             "remove microbatches (for gradient accumulation set train.micro_batch_size)",
         ),
     ),
-    Rule(
-        "GeminiPlugin has no pipeline",
-        False,
-        lambda c: c.zero_stage == 3 and c.pp > 1,
-        lambda c: fail(
-            "parallelism.zero_stage",
-            3,
-            f"ZeRO-3 (GeminiPlugin) cannot run with pipeline = {c.pp}",
-            "use zero_stage: 1 with the pipeline, or pipeline: 1 with ZeRO-3",
-        ),
-    ),
-    Rule(
-        "GeminiPlugin has no sequence parallelism",
-        False,
-        lambda c: c.zero_stage == 3 and c.sp_mode is not None,
-        lambda c: fail(
-            "parallelism.zero_stage",
-            3,
-            f"ZeRO-3 (GeminiPlugin) has no {c.sp_mode} sequence parallelism",
-            "use zero_stage: 1 or 2 (HybridParallelPlugin) with sequence parallelism",
-        ),
-    ),
+    *GEMINI_RULES,
     Rule(
         "GeminiPlugin trains in 16 bits",
         False,
@@ -199,16 +176,17 @@ CONFIG_RULES = [  # what only a configuration file can get wrong
 RULES: list[Rule] = [*MESH_RULES, *CONFIG_RULES, *SHAPE_RULES, *RUN_RULES]
 
 
-def broken_rules(cfg: TrainConfig) -> list[Rule]:
+def broken_rules(cfg) -> list[Rule]:
     """Every rule of :data:`RULES` that ``cfg`` breaks, in table order."""
     case = config_case(cfg)
     return [r for r in RULES if r.broken(case)]
 
 
-def check(cfg: TrainConfig) -> None:
+def check(cfg) -> None:
     """Raise the first broken rule's ConfigError (the table's order: most fundamental first);
-    then warn (:func:`~helpers.config.errors.warn`) of each rule of :data:`RUN_WARNINGS` that
+    then warn (:func:`~helpers.parallel.errors.warn`) of each rule of :data:`RUN_WARNINGS` that
     ``cfg`` breaks."""
+    # [start: config-check]
     case = config_case(cfg)
     for rule in RULES:
         if rule.broken(case):
@@ -218,9 +196,10 @@ def check(cfg: TrainConfig) -> None:
     for rule in RUN_WARNINGS:
         if rule.broken(case):
             warn(str(rule.reject(case)))
+    # [end: config-check]
 
 
-def check_world(cfg: TrainConfig, procs: int) -> None:
+def check_world(cfg, procs: int) -> None:
     """Does this layout fit ``procs`` processes (GPUs)? Raises ConfigError if not."""
     if not isinstance(procs, int) or isinstance(procs, bool) or procs < 1:
         raise fail(

@@ -16,14 +16,15 @@ from the code that consumes each field:
 * ``train.keep_last`` with ``save_interval: 0``: nothing is saved, so nothing is kept.
 
 :data:`RUN_WARNINGS` run, but mean less than they say; :func:`helpers.config.rules.check` issues
-them as :class:`~helpers.config.errors.ConfigWarning`: a save interval longer than the run (one
+them as :class:`~helpers.parallel.errors.ConfigWarning`: a save interval longer than the run (one
 checkpoint, at the end), ZeRO over a data-parallel group of one rank (it shards nothing).
 """
 
 from __future__ import annotations
 
-from helpers.config.errors import fail
-from helpers.config.layout_rules import Case, Rule
+from helpers.parallel.errors import fail
+from helpers.parallel.case import Case
+from helpers.parallel.layout_rules import Rule
 from helpers.parallel.vocab import OWN_AXIS_SP_MODES
 
 SEED_LIMIT = 2**32 - 1  # numpy's np.random.seed (RandomState, legacy seeding)

@@ -16,15 +16,20 @@ Related modules: :mod:`helpers.config.loading` (YAML or a dict → a TrainConfig
 
 from __future__ import annotations
 
+import warnings
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, Strict
-from pydantic import ValidationInfo, model_validator
+from pydantic import ValidationError, ValidationInfo, model_validator
 
 from helpers.config import paths
-from helpers.config.errors import ConfigError, fail
+from helpers.config.hints import translate
+from helpers.config.memory_fit import check_fits
 from helpers.config.rules import check, check_world
-from helpers.config.shape import ModelShape
+from helpers.config.yaml_reader import dump
+from helpers.parallel.errors import ConfigError, ConfigWarning, fail
+from helpers.models.shape import ModelShape
+from helpers.parallel.degrees import Degrees
 from helpers.parallel.vocab import OWN_AXIS_SP_MODES, Precision, SpMode
 
 
@@ -151,10 +156,23 @@ class TrainConfig(Section):
         check(self)
         pending = (info.context or {}).get("world_pending")  # load_config resolves, then checks
         if self.hardware.gpu_memory_gib is not None and not pending:
-            from helpers.config.memory_fit import check_fits
-
             check_fits(self)
         return self
+
+    @classmethod
+    def from_raw(cls, raw: dict, world_size: int | None = None) -> "TrainConfig":
+        """A validated config from its sections as plain data, pydantic's errors as one
+        :class:`ConfigError` (:func:`helpers.config.hints.translate`). With ``world_size`` the
+        layout is also checked against it and ``data: auto`` is resolved (as
+        :func:`helpers.config.loading.load_config`, which reads the file first)."""
+        with warnings.catch_warnings():
+            if world_size is not None:  # resolve() validates again, and warns once, for the world
+                warnings.simplefilter("ignore", ConfigWarning)
+            try:
+                cfg = cls.model_validate(raw, context={"world_pending": world_size is not None})
+            except ValidationError as e:
+                raise translate(e, raw, cls) from None
+        return cfg.resolve(world_size) if world_size is not None else cfg
 
     # -- derived quantities -------------------------------------------------------------
     @property
@@ -162,6 +180,13 @@ class TrainConfig(Section):
         """The data-parallel degree, or None while it is 'auto' and no world size is known."""
         d = self.parallelism.data
         return None if d == "auto" else d
+
+    @property
+    def degrees(self) -> Degrees:
+        """The layout as :class:`helpers.parallel.degrees.Degrees` (what the plugin, the rank grid
+        and the planner take); data None while it is 'auto' and no world size is known."""
+        p = self.parallelism
+        return Degrees(self.data_degree, p.tensor, p.pipeline, p.sequence, p.sequence_mode)
 
     def world_size(self, procs: int | None = None) -> int:
         """Processes this layout needs (data × tensor × pipeline × sequence for all_to_all and
@@ -220,15 +245,11 @@ class TrainConfig(Section):
 
     def to_yaml(self) -> str:
         """YAML text that :func:`helpers.config.loading.load_config` reads back as this config."""
-        from helpers.config.yaml_reader import dump
-
         return dump(self.to_dict())
 
     def with_changes(self, changes: dict) -> "TrainConfig":
         """A new validated config with ``changes`` merged section by section."""
-        from helpers.config.loading import load_config
-
         raw = self.to_dict()
         for section, values in changes.items():
             raw[section] = {**raw.get(section, {}), **values}
-        return load_config(raw)
+        return self.from_raw(raw)

@@ -29,7 +29,7 @@ import yaml
 from yaml.events import AliasEvent
 from yaml.nodes import MappingNode, ScalarNode, SequenceNode
 
-from helpers.config.errors import ConfigError
+from helpers.parallel.errors import ConfigError
 
 MAX_VALUES = 1000  # values once every alias is expanded (a config has a few dozen)
 MAX_DEPTH = 20  # nesting levels (a config has two: section, key)

@@ -1,7 +1,8 @@
 """What a layout costs: bytes and seconds of communication, bytes of memory, FLOPs.
 
-comm (the alpha-beta model, Chapter 3), step_time (one layout's memory and step time, Chapter 3),
-planner (layouts ranked by it, Chapter 3), memory (the textbook memory model, Chapter 7),
+comm (the alpha-beta model, Chapter 3), calibration (that model fitted to measured collectives),
+step_time (one layout's memory and step time, Chapter 3), planner (layouts ranked by it, Chapter 3),
+memory (the textbook memory model, Chapter 7),
 activations (Korthikanti's per-layer activations, Chapter 7), memory_llama (the one memory model:
 a Llama- or GPT-style decoder under a plugin, checked against the GPU in Chapter 7), layer_bytes
 (what autograd saves per layer, for it), memory_plan (its view for Chapter 3's planner, with

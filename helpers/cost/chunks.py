@@ -13,7 +13,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from helpers.config.shape import ModelShape
+from helpers.models.shape import ModelShape
 
 GEMINI_MIN_CHUNK = 32 * 2**20  # GeminiPlugin min_chunk_size_m=32 and search_range_m=32 (elements)
 GEMINI_SEARCH_INTERVAL = 1024  # colossalai.zero.gemini.chunk.utils: hidden_dim=None -> 1024

@@ -143,11 +143,13 @@ def collective_time(
     :func:`ring_steps` of them (the Hockney/Thakur cost ``steps·α + bytes·β``): an all-reduce then
     pays twice the latency of an all-gather, as its ring runs twice as many steps.
     """
+    # [start: collective-time]
     volume = bytes_sent(collective, size_bytes, n)
     if n == 1:
         return 0.0
     latency = link.latency_s * (ring_steps(collective, n) if per_step else 1)
     return latency + volume / link.bandwidth_bytes_per_s
+    # [end: collective-time]
 
 
 def fit_link(

@@ -31,7 +31,7 @@ rank, e bytes per element of the compute dtype, h hidden, f the MLP width, a hea
 
 from __future__ import annotations
 
-from helpers.config.shape import ModelShape
+from helpers.models.shape import ModelShape
 
 
 def column_linears(shape: ModelShape) -> int:

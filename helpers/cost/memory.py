@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
 
-from helpers.config.shape import ModelShape
+from helpers.models.shape import ModelShape
 from helpers.cost.activations import check_degree, check_positive, layer_activations
 from helpers.parallel.layouts import Layout, violations
 from helpers.parallel.vocab import OWN_AXIS_SP_MODES, SHARED_SP_MODES, SP_MODES
@@ -113,6 +113,14 @@ class MemoryBreakdown:
         return "\n".join(f"{name:<14}{value / div:>10.2f} {unit}" for name, value in rows)
 
 
+def predicted_optimizer_bytes(layout, precision: str = "fp32") -> tuple[float, float]:
+    """(memory model's K·Ψ/N_d, bytes the padding adds = K·pad/N_d) for one rank under ZeRO-1, for
+    a :class:`helpers.parallel.zero.FlatLayout` (Chapter 7's from-scratch ZeRO-1)."""
+    _, _, optim = model_states(layout.numel, precision, zero_stage=1, dp=layout.world)
+    _, _, k = model_states(1, precision, zero_stage=0)
+    return optim, k * layout.pad / layout.world
+
+
 def _refuse_impossible(layout: Layout, shape: ModelShape | None) -> None:
     """A ValueError naming every rule of :func:`helpers.parallel.layouts.violations` the layout
     breaks. ZeRO-3 without a pipeline stays allowed: the ZeRO paper's stage 3 (GeminiPlugin's
@@ -150,7 +158,7 @@ def estimate(
 
     Degrees come from ``layout`` (a :class:`helpers.parallel.layouts.Layout`, also giving
     ``zero_stage`` and ``micro_batch`` unless passed) or from ``dp``/``tp``/``pp``/``sp``/
-    ``sp_mode``. Activations need ``shape`` (a :class:`helpers.config.shape.ModelShape` with
+    ``sp_mode``. Activations need ``shape`` (a :class:`helpers.models.shape.ModelShape` with
     layers, heads, hidden) and a sequence length (``seq_len`` or ``shape.seq_len``);
     without a shape they are 0. ``microbatches`` (m) caps the in-flight micro-batches of 1F1B at
     min(m, P); by default P. ``overhead_bytes`` is the fixed per-rank cost (CUDA context, NCCL

@@ -4,7 +4,7 @@ The one memory model of the book: Chapter 7 checks it against ``torch.cuda.max_m
 (records under ``results/*/ch07_memory.json``), Chapter 3's planner ranks layouts with it
 (:mod:`helpers.cost.memory_plan`). Where :mod:`helpers.cost.memory` gives the textbook estimate
 (ZeRO §3 model states, Korthikanti Table 2 activations), this module predicts what the allocator
-reports for the layouts of :mod:`helpers.config.layout`. Nothing here is fitted to a
+reports for the layouts of :mod:`helpers.parallel.train_layout`. Nothing here is fitted to a
 measurement; each term is counted from the code that allocates it (transformers 4.51, Colossal-AI
 0.5.0 plugins):
 
@@ -30,7 +30,7 @@ measurement; each term is counted from the code that allocates it (transformers 
 
 from __future__ import annotations
 
-from helpers.config.layout import TrainLayout
+from helpers.parallel.train_layout import TrainLayout
 from helpers.cost.chunks import gemini_chunks, parameter_sizes
 from helpers.cost.layer_bytes import (
     head_activation_bytes,

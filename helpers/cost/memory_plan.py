@@ -27,8 +27,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from helpers.config.layout import TrainLayout
-from helpers.config.shape import ModelShape
+from helpers.parallel.train_layout import TrainLayout
+from helpers.models.shape import ModelShape
 from helpers.cost.memory_llama import BYTES, CUBLAS_WORKSPACES, layer_params, predict, rank_params
 from helpers.parallel.layouts import Layout, validate
 
@@ -38,7 +38,7 @@ OUTSIDE_ALLOCATOR_GIB = 2.5  # the largest "device used - reserved" recorded, 2.
 
 @dataclass(frozen=True)
 class PlanLayout(TrainLayout):
-    """A :class:`helpers.config.layout.TrainLayout` with Colossal-AI's sequence parallelism:
+    """A :class:`helpers.parallel.train_layout.TrainLayout` with Colossal-AI's sequence parallelism:
     ``sp_mode`` split_gather (S = T, no axis of its own) or all_to_all over an own axis of ``sp``
     ranks (``world`` counts it, so ``dp`` is the dp × sp group ZeRO shards over)."""
 

@@ -1,7 +1,7 @@
 """A mixture-of-experts decoder's parameters, FLOPs, model states and expert all-to-all, for
 Chapter 12's DeepSeek-V3 row.
 
-Used by Chapter 12 (in practice). :class:`helpers.config.shape.ModelShape` has one MLP per
+Used by Chapter 12 (in practice). :class:`helpers.models.shape.ModelShape` has one MLP per
 layer; DeepSeek-V3 (DeepSeek-AI 2024, technical report §2.1 and §4.2) has multi-head latent
 attention (MLA), three dense layers and then layers of one shared and 256 routed experts of which
 8 run per token. Counted here from its published dimensions:

@@ -19,9 +19,8 @@ from __future__ import annotations
 import argparse
 import time
 
-from helpers.config.layout_rules import layout_case
-from helpers.config.rules import RULES
-from helpers.config.shape import ModelShape
+from helpers.parallel.layout_rules import GEMINI_RULES, layout_case
+from helpers.models.shape import ModelShape
 from helpers.cost.memory import GIB, seed_estimate_memory
 from helpers.cost.step_time import Hardware, Plan, plan_layout
 from helpers.parallel.factors import divisors
@@ -73,10 +72,6 @@ def enumerate_layouts(
     return out
 
 
-# ZeRO-3 layouts are GeminiPlugin's (or FSDP2's): the config loader's rules for that plugin
-GEMINI_RULES = [r for r in RULES if r.name.startswith("GeminiPlugin has no")]
-
-
 def _gemini_breaks(layout: Layout) -> bool:
     """Whether a ZeRO-3 layout breaks a rule of GeminiPlugin (no pipeline, no sequence modes)."""
     case = layout_case(layout)
@@ -102,12 +97,14 @@ def plan(
     model: ModelShape, G: int, global_batch: int, hw: Hardware = Hardware(), **limits
 ) -> tuple[list[Plan], int]:
     """(plans that fit, fastest first; how many layouts were enumerated)."""
+    # [start: plan]
     candidates = enumerate_layouts(model, G, global_batch, gpus_per_node=hw.gpus_per_node, **limits)
     plans = [plan_layout(model, layout, global_batch, hw, rc) for layout, rc in candidates]
     fits = [p for p in plans if p.memory_gib <= hw.memory_gib]
     # equal times (all communication hidden): the layout that moves and shards less comes first
     fits.sort(key=lambda p: (p.step_s, p.layout.zero_stage, p.memory_gib))
     return fits, len(candidates)
+    # [end: plan]
 
 
 # --- the seed's recommend, and what the planner says about the same combinations ----------------

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from helpers.config.shape import ModelShape
+from helpers.models.shape import ModelShape
 from helpers.cost.comm import collective_time
 from helpers.cost.placement import members_per_node
 from helpers.cost.step_time import Hardware, Plan

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from helpers.config.shape import ModelShape
+from helpers.models.shape import ModelShape
 from helpers.cost.comm import (
     NOMINAL_LINKS,
     Link,
@@ -77,6 +77,7 @@ class Hardware:
         """The link a group of ``n`` ranks, ``per_node`` of them on each node, sees for
         ``collective`` (or "p2p"): NVLink inside a node, else
         :func:`helpers.cost.placement.spanning_link`; a point-to-point send uses one card."""
+        # [start: group-link]
         if per_node >= n:
             return self.intra
         if collective == "p2p":
@@ -84,6 +85,7 @@ class Hardware:
         return spanning_link(
             self.inter, self.intra, collective, per_node, self.gpus_per_node, self.cards_per_node
         )
+        # [end: group-link]
 
 
 @dataclass(frozen=True)

@@ -45,6 +45,7 @@ def main() -> None:
         x = randn(B, args.hidden, seed=args.seed + 1, device=env.device)  # (B, h): the global batch
         y = randn(B, 1, seed=args.seed + 2, device=env.device)  # (B, 1)
 
+        # [start: dp]
         # --- data parallel: my shard, my gradient, then the average over ranks
         model = tiny_mlp(args.hidden, args.seed, env.device)
         mine = slice(env.rank * b, (env.rank + 1) * b)
@@ -61,6 +62,7 @@ def main() -> None:
         with torch.no_grad():
             for p in model.parameters():
                 p -= args.lr * p.grad
+        # [end: dp]
 
         # --- single-process reference: the same model on the whole batch
         ref = tiny_mlp(args.hidden, args.seed, env.device)

@@ -54,6 +54,7 @@ def main() -> None:
         all_layers = tanh_blocks(L, h, args.seed, dev)
         mine = nn.ModuleList(all_layers[i] for i in stages[r])  # this stage's L/p blocks
 
+        # [start: gpipe]
         # --- GPipe: all m forwards ...
         inputs, outputs, losses, done = [], [], [], []
         for i in range(m):
@@ -83,6 +84,7 @@ def main() -> None:
                 dist.send(inputs[i].grad.contiguous(), dst=r - 1)
             done.append(f"B{i}")
         assert done == gpipe_order(m), f"stage {r} ran {done}, not GPipe's order {gpipe_order(m)}"
+        # [end: gpipe]
 
         loss = torch.stack(losses).sum().detach() if last else torch.zeros((), device=dev)
         dist.broadcast(loss, src=p - 1)  # the last stage's loss, for every rank to check and print

@@ -41,6 +41,7 @@ from helpers.parallel.pp_schedules import (
 from helpers.run import cli
 from helpers.run.env import distributed, emit, say
 from helpers.train.reference import check_close, global_max, randn, sig, strict_fp32
+from helpers.models.llama import build_llama, llama_config, token_batch
 
 
 GAIN = 2.0
@@ -180,8 +181,6 @@ def colossal(env, p: int, m: int) -> list[dict]:
     from colossalai.booster import Booster
     from colossalai.booster.plugin import HybridParallelPlugin
     from colossalai.pipeline.schedule.v_schedule import PipelineGraph
-
-    from helpers.models.llama import build_llama, llama_config, token_batch
 
     dist.barrier()  # every rank has imported Colossal-AI: the plugins' collectives start together
 

@@ -77,6 +77,7 @@ def main() -> None:
             randn(h, h, seed=args.seed + 3 + i, device=dev, scale=h**-0.5) for i in range(4)
         ]  # Wq, Wk, Wv, Wo
 
+        # [start: ulysses]
         # --- Ulysses: my tokens in, my tokens out; heads split in the middle
         tokens = slice(r * s // P, (r + 1) * s // P)
         x_r = x[rows, tokens].clone().requires_grad_()  # (b/D, s/P, h)
@@ -90,6 +91,7 @@ def main() -> None:
         # my share of the mean
         loss_r = F.mse_loss(y_r, target[rows, tokens], reduction="sum") / target.numel()
         loss_r.backward()
+        # [end: ulysses]
         for w in (wq, wk, wv, wo):  # each rank's tokens contribute to the replicated weights' grads
             dist.all_reduce(w.grad)
         loss = loss_r.detach().clone()

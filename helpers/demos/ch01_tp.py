@@ -54,6 +54,7 @@ def main() -> None:
         w2 = randn(h, ffn, seed=args.seed + 5, device=dev, scale=ffn**-0.5)  # (h, 4h)
         b2 = randn(h, seed=args.seed + 6, device=dev, scale=0.1)  # (h,)
 
+        # [start: tp]
         # --- tensor parallel: my shards of W1, b1 (output features) and W2 (input features)
         w1_r = shard(w1, 0, r, P).requires_grad_()  # (4h/P, h)   column-parallel
         b1_r = shard(b1, 0, r, P).requires_grad_()  # (4h/P,)
@@ -67,6 +68,7 @@ def main() -> None:
         y = g(partial) + b2_tp  # (b, s, h)      all-reduce; identity in backward
         loss = F.mse_loss(y, target)
         loss.backward()
+        # [end: tp]
 
         # --- single-process reference: the unsplit MLP on the same input
         ref = [t.clone().requires_grad_() for t in (x, w1, b1, w2, b2)]

@@ -67,6 +67,7 @@ def main() -> None:
             found = compare_shards(params, full, stages[c["pp"]], c["tp"], args.tp, what, when)
             return global_max(found, dev)
 
+        # [start: grid-step]
         for step in range(args.steps):
             x = randn(D * m * mb, h, seed=1000 + step, device=dev)  # (D·m·b, h): the global batch
             y = randn(D * m * mb, h, seed=2000 + step, device=dev)
@@ -85,6 +86,7 @@ def main() -> None:
             # the last stages' replica losses: mean over replicas = global loss
             dist.all_reduce(held)
             losses.append(held[1] / held[0])
+            # [end: grid-step]
             out = x  # the reference: every block, the whole batch
             for p in full:
                 out = mlp_block(out, p)

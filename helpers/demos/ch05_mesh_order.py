@@ -25,7 +25,7 @@ The first step of each order is checked against the unsplit model on the whole g
 (loss and every gradient shard, fp32 tolerance) and not timed; then ``--rounds`` rounds run
 ``--steps`` timed steps of each in turn (compute alone, tp_inside, tp_across), so that a change in
 the machine's load falls on all three alike. Every rank emits its times; rank 0
-also the link and the collectives. :mod:`helpers.run.mesh_orders` runs it on shaped hosts and
+also the link and the collectives. :mod:`helpers.cluster.mesh_orders` runs it on shaped hosts and
 puts the cost model beside it.
 
     torchrun --nnodes 2 --nproc_per_node 2 ... -m helpers.demos.ch05_mesh_order
@@ -40,7 +40,7 @@ from helpers.parallel.tp import mlp_blocks, shard_mlp_blocks
 from helpers.run import cli
 from helpers.run.collectives import link_rates, pair_rows, parse_size
 from helpers.run.env import distributed, emit, say
-from helpers.run.mesh_orders import ORDERS, order_groups
+from helpers.cluster.mesh_orders import ORDERS, order_groups
 from helpers.train.grid3d import check_unsplit, timed_step
 from helpers.train.reference import randn, strict_fp32
 

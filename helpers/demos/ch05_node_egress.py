@@ -19,8 +19,8 @@ on host 0, ranks 2, 3 on host 1), every rank takes part in three measurements:
 Gloo's all-reduce is a ring over the group's rank order (``gloo/allreduce.cc``, ``ring``: each
 rank sends to rank - 1 and receives from rank + 1), so with ranks numbered host by host the
 four-rank ring crosses between the hosts once in each direction. Rank 0 emits the link, the
-times and the check, the first rank of each host its host's bytes; :mod:`helpers.run.node_egress`
-puts the cost model beside them.
+times and the check, the first rank of each host its host's bytes;
+:mod:`helpers.cluster.node_egress` puts the cost model beside them.
 
     torchrun --nnodes 2 --nproc_per_node 2 ... -m helpers.demos.ch05_node_egress
 """

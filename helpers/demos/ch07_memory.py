@@ -1,8 +1,8 @@
 """Chapter 7: one training layout of a Llama under a Colossal-AI plugin, its GPU memory measured.
 
-One launch = one :class:`helpers.config.layout.TrainLayout` (flags from ``layout.to_args()``),
-e.g. ``--plugin zero --precision bf16 --zero_stage 2``. Every rank builds the same Llama, boosts
-it with the layout's plugin and HybridAdam, trains on fresh token batches
+One launch = one :class:`helpers.parallel.train_layout.TrainLayout` (flags from
+``layout.to_args()``), e.g. ``--plugin zero --precision bf16 --zero_stage 2``. Every rank builds the
+same Llama, boosts it with the layout's plugin and HybridAdam, trains on fresh token batches
 (:class:`helpers.train.layout_step.Trainer`) and reports:
 
 * ``memory_allocated`` after building, after boosting and after the warm-up steps (Adam's m and v
@@ -24,7 +24,7 @@ import time
 
 import torch
 
-from helpers.config.layout import TrainLayout
+from helpers.parallel.train_layout import TrainLayout
 from helpers.cost.census import leftover_tensors, optimizer_census
 from helpers.models.llama import build_llama
 from helpers.run import cli
@@ -39,6 +39,7 @@ from helpers.train.layout_step import (
     on_cpu,
     parser,
 )
+from helpers.cost.memory_llama import predict
 
 MIB = 2**20
 
@@ -87,7 +88,6 @@ def main() -> None:
         sync(env.device)
         seconds = (time.perf_counter() - start) / args.steps
         measured = device_memory(env.device) if env.is_gpu else None
-        from helpers.cost.memory_llama import predict
 
         prediction = predict(layout, rank=env.rank)
         known = [x for x in losses if x is not None]

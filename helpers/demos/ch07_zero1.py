@@ -32,12 +32,8 @@ import torch.distributed as dist
 import torch.nn as nn
 
 from helpers.models.mlp import tiny_mlp
-from helpers.parallel.zero import (
-    adam_step_,
-    comm_bytes_per_step,
-    flat_layout,
-    predicted_optimizer_bytes,
-)
+from helpers.cost.memory import predicted_optimizer_bytes
+from helpers.parallel.zero import adam_step_, comm_bytes_per_step, flat_layout
 from helpers.run import cli
 from helpers.run.env import distributed, emit, say
 from helpers.train.flat_buffer import check_grad_views, flat_buffers, nbytes
@@ -75,12 +71,14 @@ def main() -> None:
         # --- the flat, padded buffers; the model's weights and grads become views of them
         model = tiny_mlp(args.hidden, args.seed, dev)
         params = list(model.parameters())
+        # [start: zero1-buffers]
         lay = flat_layout(sum(p.numel() for p in params), N)  # raises if Ψ cannot be split over N
-        flat_w, flat_g = flat_buffers(params, lay.padded, dev)  # (N·s,) weights, gradients
+        flat_w, flat_g = flat_buffers(params, lay.padded, dev)  # (N·shard,) weights, gradients
         own = lay.owned(env.rank)
-        m = torch.zeros(lay.shard, dtype=torch.float32, device=dev)  # (s,) Adam momentum, mine
-        v = torch.zeros_like(m)  # (s,) Adam variance of my slice only
-        g_shard = torch.empty_like(m)  # (s,) receives the reduce-scattered gradient of my slice
+        m = torch.zeros(lay.shard, dtype=torch.float32, device=dev)  # (shard,) Adam momentum, mine
+        v = torch.zeros_like(m)  # (shard,) Adam variance of my slice only
+        g_shard = torch.empty_like(m)  # (shard,) receives the reduce-scattered gradient of my slice
+        # [end: zero1-buffers]
 
         # --- the single-process reference: the same model, whole batch, unsharded Adam
         ref = tiny_mlp(args.hidden, args.seed, dev)
@@ -94,6 +92,7 @@ def main() -> None:
 
         param_diff = 0.0
         for step in range(1, args.steps + 1):
+            # [start: zero1-loop]
             flat_g.zero_()
             nn.functional.mse_loss(model(x[mine]), y[mine]).backward()  # mean over my B/N samples
             check_grad_views(params, flat_g)
@@ -101,6 +100,7 @@ def main() -> None:
             g_shard /= N  # mean of N shard means = full-batch gradient of my slice
             adam_step_(flat_w[own], g_shard, m, v, step, args.lr, betas, eps)
             dist.all_gather_into_tensor(flat_w, flat_w[own].clone())  # every rank gets every slice
+            # [end: zero1-loop]
 
             ref.zero_grad()
             nn.functional.mse_loss(ref(x), y).backward()

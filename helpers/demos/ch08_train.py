@@ -8,7 +8,8 @@
                             (the flagship run's knobs, helpers.train.speed)
 
 The flags, the build and the loop: :mod:`helpers.train.framework_run`. The layout flags are
-Chapter 7's :class:`helpers.config.layout.TrainLayout` (its plugins ran on the 2×H200 box); the
+Chapter 7's :class:`helpers.parallel.train_layout.TrainLayout` (its plugins ran on the 2×H200 box);
+the
 model, data and MFU definition are Chapter 9's (:func:`helpers.train.presets.mfu`:
 (6N + 12·L·h·s)·tokens / (time · GPUs · 989.5e12)). Every rank first trains a single-device
 reference copy on the first ``--ref_steps`` global batches; with ``--fail_on_divergence 0.05``
@@ -21,7 +22,7 @@ use that path.
 
 import torch
 
-from helpers.config.layout import TrainLayout
+from helpers.parallel.train_layout import TrainLayout
 from helpers.run import cli
 from helpers.run.env import distributed, emit, say
 from helpers.train.framework_run import describe, divergence, layout_from, parser, run

@@ -9,12 +9,14 @@ weights.
 The data is fresh every step (never a repeated batch: a tp=2 run memorising one batch reached a
 NaN loss, Chapter 9): each sequence is an arithmetic progression modulo the vocabulary with a
 random start and stride, so the next token is predictable from the two before it and the loss
-falls quickly.
+falls quickly. :class:`ProgressionDataset` is a fixed, finite set of such sequences (Chapter 5's
+training loop: a run passes through epochs, and its position is something a checkpoint records).
 """
 
 from __future__ import annotations
 
 import torch
+from torch.utils.data import Dataset
 
 
 def llama_config(
@@ -90,3 +92,21 @@ def llama_params(config) -> int:
     kv = h * config.num_key_value_heads // config.num_attention_heads
     attention = 2 * h * h + 2 * h * kv
     return L * (attention + 3 * h * f + 2 * h) + h + 2 * v * h
+
+
+class ProgressionDataset(Dataset):
+    """``size`` fixed sequences (arithmetic progressions mod vocab,
+    :func:`helpers.models.llama.token_batch`).
+
+    A fixed, finite data set, so that a run passes through epochs and its position in the data
+    (epoch, batch within the epoch) is something a checkpoint has to record.
+    """
+
+    def __init__(self, size: int, seq_len: int, vocab: int, seed: int = 0):
+        self.ids = token_batch(0, size, seq_len, vocab, seed=seed + 1)["input_ids"]  # (size, seq)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
+        return {"input_ids": self.ids[i], "labels": self.ids[i]}

@@ -20,6 +20,7 @@ import re
 from pathlib import Path
 
 from helpers.run.env import rule
+from helpers.record.results import format_table
 
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 GPU_COUNTS = (0, 1, 2, 8)
@@ -100,14 +101,10 @@ def show(
     cpu_only: dict[str, int] | None = None,
 ) -> None:
     """Print :func:`rows` for notebook ``name`` (the same text on every machine)."""
-    from helpers.record.results import format_table
-
     table = rows(name, gpu_only, also, cpu_only)
     if not table:
         print("This notebook launches no multi-process run: everything runs in this kernel.")
         return
-    print(
-        "Where this notebook's runs happen (the launcher's rule: ranks <= GPUs -> one GPU each "
-        "with NCCL, else every rank on the CPU with gloo):"
-    )
+    print("Where this notebook's runs happen. The launcher's rule: ranks <= GPUs -> one GPU each")
+    print("with NCCL, else every rank on the CPU with gloo.")
     print(format_table(table, ["run", "ranks", *map(_label, GPU_COUNTS)]))

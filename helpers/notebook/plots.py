@@ -1,33 +1,15 @@
-"""The figures' shared style and display, for every chapter's notebook.
-
-:data:`RANK_COLOURS` gives rank ``r`` the same colour in every figure of the book, :data:`DPI` their
-resolution; :func:`show` displays a figure in the notebook and glues it under a key, so the chapter
-page can paste the same image. The figures themselves are in
+"""A figure in the notebook: :func:`show` displays it and glues it under a key, so the chapter page
+can paste the same image. The figures' shared style is :mod:`helpers.figures.style`; the figures
+themselves are in :mod:`helpers.figures`,
 :mod:`helpers.notebook.plots_ch01_dimensions` (Chapter 1), :mod:`helpers.notebook.plots_ch02_mesh`
 (Chapter 2), :mod:`helpers.notebook.plots_ch05_resume` (Chapter 5), the timelines of
-:mod:`helpers.notebook.plots_timeline` and the ``helpers.chapters``
+:mod:`helpers.figures.timeline` and the ``helpers.chapters``
 modules.
 """
 
 from __future__ import annotations
 
 import matplotlib.pyplot as plt
-from matplotlib.colors import ListedColormap
-
-
-RANK_COLOURS = [
-    "#4C72B0",
-    "#DD8452",
-    "#55A868",
-    "#C44E52",
-    "#8172B3",
-    "#937860",
-    "#DA8BC3",
-    "#8C8C8C",
-]
-
-
-DPI = 80
 
 
 def show(fig, key: str) -> None:
@@ -44,8 +26,3 @@ def show(fig, key: str) -> None:
     else:
         glue(key, fig, display=True)
     plt.close(fig)
-
-
-def rank_cmap(n: int) -> ListedColormap:
-    """A colour map of the first ``n`` rank colours, for ``imshow`` of a map of owning ranks."""
-    return ListedColormap(RANK_COLOURS[:n])

@@ -11,7 +11,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
-from helpers.notebook.plots import DPI, RANK_COLOURS, rank_cmap
+from helpers.figures.style import DPI, RANK_COLOURS, rank_cmap
 from helpers.parallel.pp import bubble_fraction
 
 
@@ -48,7 +48,7 @@ def dp_figure(world: int = 2):
             np.arange(len(g)) + i * width,
             g,
             width,
-            label=name,
+            label=name.replace("/ P", "/ D"),  # the key stays; the data degree is D
             color=c,
             hatch="//" if name == "full batch" else None,
             edgecolor="white",
@@ -126,7 +126,7 @@ def pp_figure(stages: int = 4, microbatches: int = 4):
     ax.set_xlabel("time slot")
     bubble = bubble_fraction(stages, microbatches)
     ax.set_title(
-        f"GPipe, p={stages} stages, m={microbatches} micro-batches: bubble (p−1)/(m+p−1) = "
+        f"GPipe, P={stages} stages, m={microbatches} micro-batches: bubble (P−1)/(m+P−1) = "
         f"{bubble:.0%}"
     )
     fig.tight_layout()
@@ -139,8 +139,8 @@ def sp_figure(seq: int = 8, heads: int = 4, sp: int = 2):
     after = np.repeat(np.arange(sp), heads // sp)[None, :].repeat(seq, 0)  # (s, a): columns by rank
     fig, axes = plt.subplots(1, 2, figsize=(7, 2.8), dpi=DPI)
     for ax, owner, title in [
-        (axes[0], before, "before: (b, s/P, a, d)\neach rank: its tokens, all heads"),
-        (axes[1], after, "after all-to-all: (b, s, a/P, d)\neach rank: all tokens, its heads"),
+        (axes[0], before, "before: (b, s/S, a, d)\neach rank: its tokens, all heads"),
+        (axes[1], after, "after all-to-all: (b, s, a/S, d)\neach rank: all tokens, its heads"),
     ]:
         ax.imshow(owner, cmap=rank_cmap(sp), aspect="auto", vmin=0, vmax=sp - 1)
         ax.set_title(title, fontsize=9)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 import numpy as np
 
-from helpers.notebook.plots import DPI, RANK_COLOURS
+from helpers.figures.style import DPI, RANK_COLOURS
 
 
 def resume_figure(

@@ -176,6 +176,7 @@ def _pairs(ring: Ring, layout: str, step: int):
                 yield i, j, kind
 
 
+# [start: ring-forward]
 def ring_forward(q, k, v, ring: Ring, layout: str):
     """This rank's causal attention output (b, 2c, a, d) and lse (b, a, 2c): S ring steps, each
     computing against the key/value block in hand while the next one is on its way."""
@@ -203,6 +204,10 @@ def ring_forward(q, k, v, ring: Ring, layout: str):
     return torch.cat(out, dim=1), torch.cat(lse, dim=2)
 
 
+# [end: ring-forward]
+
+
+# [start: ring-backward]
 def ring_backward(dout, q, k, v, out, lse, ring: Ring, layout: str):
     """dQ, dK, dV of this rank: the key/value blocks go round again, and with them their
     accumulating gradients, which the S-th send hands back to the block's owner."""
@@ -225,6 +230,9 @@ def ring_backward(dout, q, k, v, out, lse, ring: Ring, layout: str):
         kv = incoming() if incoming is not None else kv
         dkv = ring.start(dkv, "backward")()  # to the next rank, the next block's from the previous
     return torch.cat(dq, dim=1), dkv[0], dkv[1]
+
+
+# [end: ring-backward]
 
 
 class RingAttention(torch.autograd.Function):

@@ -64,19 +64,23 @@ class Routing:
         return torch.bincount(self.expert[self.kept], minlength=experts)
 
 
+# [start: moe-route]
 def route(logits: torch.Tensor, k: int, capacity: int) -> Routing:
     """Top-k routing with GShard's capacity and priority (first choices fill slots first)."""
     tokens, experts = logits.shape
-    probs = logits.softmax(dim=-1)  # (T, E)
-    top_p, top_e = probs.topk(k, dim=-1)  # (T, k)
+    probs = logits.softmax(dim=-1)  # (n_tok, n_exp)
+    top_p, top_e = probs.topk(k, dim=-1)  # (n_tok, k)
     gate = top_p / top_p.sum(dim=-1, keepdim=True)
     # one-hot in priority order: all first choices (token order), then all second choices, ...
-    onehot = F.one_hot(top_e.t().reshape(-1), experts)  # (k·T, E)
+    onehot = F.one_hot(top_e.t().reshape(-1), experts)  # (k·n_tok, n_exp)
     slot_flat = (onehot.cumsum(dim=0) - 1)[
         torch.arange(k * tokens), top_e.t().reshape(-1)
-    ]  # (k·T,)
-    slot = slot_flat.view(k, tokens).t()  # (T, k)
+    ]  # (k·n_tok,)
+    slot = slot_flat.view(k, tokens).t()  # (n_tok, k)
     return Routing(top_e, gate, slot, slot < capacity, probs, capacity)
+
+
+# [end: moe-route]
 
 
 def balance_loss(routing: Routing) -> torch.Tensor:
@@ -147,7 +151,7 @@ class MoELayer(nn.Module):
         """x (T, h) of one group → (output (T, h), routing, balancing loss)."""
         cap = expert_capacity(x.shape[0], self.experts, self.k, self.capacity_factor)
         routing = route(x @ self.router, self.k, cap)
-        y = experts_ffn(dispatch(x, routing, self.experts), self.w_in, self.w_out)  # (E, C, h)
+        y = experts_ffn(dispatch(x, routing, self.experts), self.w_in, self.w_out)  # (n_exp, C, h)
         return combine(y, routing), routing, balance_loss(routing)
 
 
@@ -165,12 +169,14 @@ def expert_parallel_forward(
     x: this rank's tokens (T, h); router: (h, E), replicated; w_in_local, w_out_local: this rank's
     experts (E/P, h, f), (E/P, f, h), rank r holding experts r·E/P ... (r+1)·E/P - 1.
     """
+    # [start: moe-ep-forward]
     ranks = torch.distributed.get_world_size(group)
     experts = w_in_local.shape[0] * ranks
     cap = expert_capacity(x.shape[0], experts, k, capacity_factor)
     routing = route(x @ router, k, cap)
-    buffers = dispatch(x, routing, experts)  # (E, C, h): my tokens for every expert
-    mine = AllToAll.apply(buffers, 0, 1, group)  # (E/P, P·C, h): every rank's tokens for my experts
-    done = experts_ffn(mine, w_in_local, w_out_local)  # (E/P, P·C, h)
-    back = AllToAll.apply(done, 1, 0, group)  # (E, C, h): my tokens' outputs from every expert
+    buffers = dispatch(x, routing, experts)  # (n_exp, C, h): my tokens for every expert
+    mine = AllToAll.apply(buffers, 0, 1, group)  # (n_exp/E, E·C, h): all ranks' tokens, my experts
+    done = experts_ffn(mine, w_in_local, w_out_local)  # (n_exp/E, E·C, h)
+    back = AllToAll.apply(done, 1, 0, group)  # (n_exp, C, h): my tokens' outputs, every expert
     return combine(back, routing), routing, balance_loss(routing)
+    # [end: moe-ep-forward]

@@ -28,7 +28,7 @@ code it calls. Each rule of :func:`violations` cites where it comes from:
   remainder over middle stages, ``PipelineStageManager.distribute_layers``), and a global batch
   divisible by D × micro-batch size, so every rank sees whole micro-batches.
 
-The rules themselves are one table, :data:`helpers.config.layout_rules.LAYOUT_RULES`, which
+The rules themselves are one table, :data:`helpers.parallel.layout_rules.LAYOUT_RULES`, which
 Chapter 4's config loader enforces as well (:data:`helpers.config.rules.RULES`).
 """
 
@@ -36,11 +36,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from helpers.config.layout_rules import LAYOUT_RULES, layout_case
-from helpers.config.shape import ModelShape
-from helpers.parallel.factors import divisors
+from helpers.parallel.layout_rules import LAYOUT_RULES, layout_case
+from helpers.models.shape import ModelShape
+from helpers.parallel.degrees import COLOSSALAI, Degrees, data_degree
 from helpers.parallel.mesh import RankMesh
-from helpers.parallel.vocab import AXIS_WORDS, OWN_AXIS_SP_MODES, SHARED_SP_MODES, SP_MODES
+from helpers.parallel.vocab import OWN_AXIS_SP_MODES, SHARED_SP_MODES, SP_MODES
 
 
 def factor_parallelism(
@@ -59,72 +59,6 @@ def factor_parallelism(
                 if dp >= 1:
                     combos.append((dp, tp, pp))
     return combos
-
-
-def _suggest(world: int, sizes: dict[str, int]) -> str:
-    """'try tensor 2 or 4, or pipeline 1': nearest sizes of one axis that divide with the others
-    fixed."""
-    tips = []
-    for axis, value in sizes.items():
-        others = 1
-        for a, v in sizes.items():
-            others *= v if a != axis else 1
-        if world % others:
-            continue
-        fits = divisors(world // others)
-        near = [
-            max((d for d in fits if d < value), default=None),
-            min((d for d in fits if d > value), default=None),
-        ]
-        near = [str(d) for d in near if d is not None]
-        if near:
-            tips.append(f"{AXIS_WORDS[axis]} {' or '.join(near)}")
-    return "; try " + ", or ".join(tips) if tips else ""
-
-
-def data_degree(G: int, tp: int, pp: int, sp: int = 1, sp_mode: str | None = None) -> int:
-    """The data-parallel degree D = G / (T·P·S) of the seed's G = D × T × P, or a ValueError.
-
-    ``sp`` counts in G only for the modes with an own axis (all_to_all, ring_attn), as in
-    HybridParallelPlugin. Unlike the plugin, which floors ``G // (sp·pp·tp)``, a remainder is
-    refused here with the numbers and the nearest sizes that would fit.
-
-    >>> data_degree(64, tp=4, pp=2)
-    8
-    """
-    for name, value in (("G", G), ("tp", tp), ("pp", pp), ("sp", sp)):
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    if sp_mode is None and sp != 1:
-        raise ValueError(
-            f"sp={sp} needs a sequence parallelism mode: {' or '.join(OWN_AXIS_SP_MODES)} "
-            f"give it an own axis, {' or '.join(SHARED_SP_MODES)} reuse the tensor group "
-            "(HybridParallelPlugin: 'You should not set "
-            "sp_size when sequence parallelism is not enabled')"
-        )
-    if sp_mode is not None and sp_mode not in SP_MODES:
-        raise ValueError(
-            f"unknown sequence parallelism mode {sp_mode!r}; Colossal-AI knows {list(SP_MODES)}"
-        )
-    if sp_mode in SHARED_SP_MODES:
-        if tp < 2:
-            raise ValueError(
-                f"{sp_mode} sequence parallelism splits the sequence over the tensor group: "
-                "it needs tp > 1"
-            )
-        if sp not in (1, tp):
-            raise ValueError(
-                f"{sp_mode} reuses the tensor group, so S = T = {tp}; sp={sp} would be ignored"
-            )
-        sp = 1  # no axis of its own: S does not count in G
-    sizes = {"tp": tp, "pp": pp} | ({"sp": sp} if sp > 1 else {})
-    model = tp * pp * sp
-    if G % model:
-        split = " × ".join(f"{AXIS_WORDS[a]}={v}" for a, v in sizes.items())
-        raise ValueError(
-            f"{G} GPUs cannot be split as {split}: {model} does not divide {G}{_suggest(G, sizes)}"
-        )
-    return G // model
 
 
 # Qwen2-7B's config (28 layers, 28 query heads, 4 KV heads, hidden 3584): a model of the seed's
@@ -177,6 +111,11 @@ class Layout:
         return self.dp * self.tp * self.pp * self.sp
 
     @property
+    def degrees(self) -> Degrees:
+        """The layout's :class:`helpers.parallel.degrees.Degrees` (S = T for split_gather, ring)."""
+        return Degrees(self.dp, self.tp, self.pp, self.seq_degree, self.sp_mode)
+
+    @property
     def seq_degree(self) -> int:
         """S: the number of ranks a sequence is split over (T for split_gather and ring)."""
         return self.tp if self.sp_mode in SHARED_SP_MODES else self.sp
@@ -191,13 +130,9 @@ class Layout:
 
     def plugin_kwargs(self) -> dict:
         """Keyword arguments for ``HybridParallelPlugin`` that build this layout."""
-        kw: dict = {"tp_size": self.tp, "pp_size": self.pp, "zero_stage": self.zero_stage}
-        if self.sp_mode:
-            kw |= {
-                "enable_sequence_parallelism": True,
-                "sequence_parallelism_mode": self.sp_mode,
-                "sp_size": self.sp,
-            }
+        degrees = self.degrees.colossalai()  # the degrees' names: helpers.parallel.degrees.NAMES
+        kw = {k: degrees.pop(k) for k in list(degrees)[:2]} | {"zero_stage": self.zero_stage}
+        kw |= degrees | ({COLOSSALAI["sequence"]: self.sp} if self.sp_mode else {})
         if self.microbatch is not None:
             kw["microbatch_size"] = self.microbatch
         if self.chunks > 1:
@@ -219,7 +154,7 @@ def violations(
     layout: Layout, model: ModelShape | None = None, global_batch: int | None = None
 ) -> list[str]:
     """Every reason ``layout`` cannot run (empty when it can), one per broken rule of
-    :data:`helpers.config.layout_rules.LAYOUT_RULES`, the table that
+    :data:`helpers.parallel.layout_rules.LAYOUT_RULES`, the table that
     :func:`helpers.config.loading.load_config` enforces too; the module docstring gives the
     sources."""
     if layout.sp_mode is not None and layout.sp_mode not in SP_MODES:

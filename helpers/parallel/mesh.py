@@ -46,6 +46,12 @@ class RankMesh:
             )
         return cls(world_size // model, pp, tp, sp)
 
+    @classmethod
+    def of(cls, degrees) -> "RankMesh":
+        """The grid of a :class:`helpers.parallel.degrees.Degrees`: its own sequence axis only
+        (split_gather and ring reuse the tensor group)."""
+        return cls(degrees.data, degrees.pipeline, degrees.tensor, degrees.own_sequence)
+
     @property
     def shape(self) -> tuple[int, int, int, int]:
         return (self.dp, self.pp, self.tp, self.sp)
@@ -54,6 +60,7 @@ class RankMesh:
     def world_size(self) -> int:
         return self.dp * self.pp * self.tp * self.sp
 
+    # [start: rank-mesh]
     @property
     def grid(self) -> torch.Tensor:
         """The ranks as a tensor of shape (dp, pp, tp, sp)."""
@@ -81,6 +88,7 @@ class RankMesh:
     def group_of(self, rank: int, axis: str) -> list[int]:
         """The members of ``rank``'s group along ``axis``."""
         return next(g for g in self.groups(axis) if rank in g)
+        # [end: rank-mesh]
 
     def table(self) -> list[dict[str, int]]:
         """One row per rank with its coordinates (for printing as a table)."""
@@ -97,6 +105,7 @@ class RankMesh:
         return "\n".join(lines)
 
 
+# [start: process-groups]
 def process_groups(mesh: RankMesh, axes: tuple[str, ...]) -> dict[str, object]:
     """This rank's process group along each of ``axes``: every rank creates every group of the
     grid (``torch.distributed.new_group`` must be entered by all ranks, in the same order).
@@ -110,3 +119,4 @@ def process_groups(mesh: RankMesh, axes: tuple[str, ...]) -> dict[str, object]:
             if dist.get_rank() in ranks:
                 mine[axis] = group
     return mine
+    # [end: process-groups]

@@ -27,6 +27,8 @@ import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
 
+from helpers.parallel.pp import BUBBLE_FORMULAS, bubble_fraction, gpipe_order
+
 SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1")  # built here from their papers
 V_SHAPED = ("zbv",)  # Colossal-AI's ZB-V order (:func:`zbv`), two chunks in a V
 KIND_NAMES = {"F": "forward", "BW": "backward", "B": "backward-input", "W": "backward-weight"}
@@ -60,11 +62,13 @@ def stage_of(k: int, stages: int, v_shape: bool = False) -> int:
 
 
 def gpipe(p: int, m: int) -> list[list[Action]]:
-    """All forwards, then all backwards (last micro-batch first), on every stage."""
-    order = [Action("F", i) for i in range(m)] + [Action("BW", i) for i in reversed(range(m))]
+    """All forwards, then all backwards (last micro-batch first), on every stage
+    (:func:`helpers.parallel.pp.gpipe_order`, a backward here a whole BW)."""
+    order = [Action("F" if s[0] == "F" else "BW", int(s[1:])) for s in gpipe_order(m)]
     return [list(order) for _ in range(p)]
 
 
+# [start: 1f1b]
 def one_f_one_b(p: int, m: int) -> list[list[Action]]:
     """1F1B: stage s warms up with min(P-1-s, m) forwards, then alternates F and BW."""
     out = []
@@ -76,6 +80,7 @@ def one_f_one_b(p: int, m: int) -> list[list[Action]]:
         acts += [Action("BW", i) for i in range(m - warm, m)]
         out.append(acts)
     return out
+    # [end: 1f1b]
 
 
 def _interleaved_ids(k: int, p: int, v: int, forward: bool) -> tuple[int, int]:
@@ -108,6 +113,7 @@ def interleaved(p: int, m: int, v: int) -> list[list[Action]]:
     return out
 
 
+# [start: zb-h1]
 def zb_h1(p: int, m: int) -> list[list[Action]]:
     """ZB-H1 for equal costs of F, B and W, found by list scheduling in unit time slots.
 
@@ -146,6 +152,7 @@ def zb_h1(p: int, m: int) -> list[list[Action]]:
         ready |= finished
         slot += 1
     return order
+    # [end: zb-h1]
 
 
 def zbv(p: int, m: int) -> list[list[Action]]:
@@ -193,21 +200,12 @@ def chunks_of(schedule: list[list[Action]]) -> int:
 def bubble_formula(
     name: str, p: int, m: int, v: int = 2, t_f: float = 1.0, t_b: float = 1.0, t_w: float = 1.0
 ) -> float:
-    """Idle share of each stage's step, for per-micro-batch costs t_f (forward), t_b (input
-    gradient) and t_w (weight gradient) of a whole stage.
-
-    GPipe and 1F1B: (P-1)/(m+P-1). Interleaved: (P-1)/(v·m+P-1), the share form of Narayanan et
-    al.'s (P-1)/(v·m). ZB-H1: an idle time of (P-1)(t_f+t_b-t_w) per stage (Qi et al. 2024, §3.1)
-    beside m(t_f+t_b+t_w) of work; (P-1)/(3m+P-1) when the three costs are equal.
-    """
-    if name in ("gpipe", "1f1b"):
-        return (p - 1) / (m + p - 1)
-    if name == "interleaved":
-        return (p - 1) / (v * m + p - 1)
-    if name == "zb-h1":
-        idle = (p - 1) * (t_f + t_b - t_w)
-        return idle / (m * (t_f + t_b + t_w) + idle)
-    raise ValueError(f"unknown schedule {name!r}; known: {', '.join(SCHEDULES)}")
+    """Idle share of each stage's step under schedule ``name`` (v model chunks per stage for the
+    interleaved one), for per-micro-batch costs t_f, t_b and t_w of a whole stage:
+    :func:`helpers.parallel.pp.bubble_fraction`, the one formula."""
+    if name not in BUBBLE_FORMULAS:
+        raise ValueError(f"unknown schedule {name!r}; known: {', '.join(SCHEDULES)}")
+    return bubble_fraction(p, m, v if name == "interleaved" else 1, name, t_f, t_b, t_w)
 
 
 def simulate(

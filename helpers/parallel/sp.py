@@ -22,6 +22,7 @@ import torch
 import torch.distributed as dist
 
 
+# [start: all-to-all]
 def all_to_all(x: torch.Tensor, scatter_dim: int, gather_dim: int, group=None) -> torch.Tensor:
     """Cut ``x`` into P pieces along ``scatter_dim``, send piece i to rank i, and concatenate the
     pieces received (from rank 0, 1, ..., P-1) along ``gather_dim``."""
@@ -63,6 +64,7 @@ def seq_to_heads(x: torch.Tensor, group=None) -> torch.Tensor:
 def heads_to_seq(x: torch.Tensor, group=None) -> torch.Tensor:
     """(b, s, a/P, d) -> (b, s/P, a, d): back to this rank's tokens, all heads."""
     return AllToAll.apply(x, 1, 2, group)
+    # [end: all-to-all]
 
 
 def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:

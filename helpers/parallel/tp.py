@@ -54,6 +54,7 @@ def _all_reduce(t: torch.Tensor, group, clock: CommClock | None) -> None:
         clock.all_reduce(t, group)
 
 
+# [start: f-and-g]
 class CopyToTensorParallel(torch.autograd.Function):
     """Megatron's f: identity forward, all-reduce(SUM) backward."""
 
@@ -92,6 +93,7 @@ def g(x: torch.Tensor, group=None, clock: CommClock | None = None) -> torch.Tens
     """Leave a tensor-parallel region: all-reduce the partial sums now, identity for the
     gradient."""
     return ReduceFromTensorParallel.apply(x, group, clock)
+    # [end: f-and-g]
 
 
 def shard(t: torch.Tensor, dim: int, rank: int, world_size: int) -> torch.Tensor:

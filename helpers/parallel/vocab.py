@@ -24,6 +24,15 @@ HALF_PRECISIONS = ("fp16", "bf16")
 
 Plugin = Literal["torch_ddp", "low_level_zero", "gemini", "hybrid_parallel", "moe_hybrid_parallel"]
 PLUGINS: tuple[str, ...] = get_args(Plugin)
+# The Colossal-AI class of each plugin word (colossalai/booster/plugin/__init__.py).
+CLASS_NAMES = {
+    "torch_ddp": "TorchDDPPlugin",
+    "low_level_zero": "LowLevelZeroPlugin",
+    "gemini": "GeminiPlugin",
+    "hybrid_parallel": "HybridParallelPlugin",
+    "moe_hybrid_parallel": "MoeHybridParallelPlugin",
+}
+assert tuple(CLASS_NAMES) == PLUGINS, "one class name per plugin word"
 
 
 def __getattr__(name: str):

@@ -6,7 +6,7 @@ Used by Chapter 7's from-scratch ZeRO-1 demo (``helpers/demos/ch07_zero1.py``). 
 optimizer states: the Ψ parameters are laid out in one flat buffer, padded to a multiple of N_d, and
 rank r owns the slice [r·s, (r+1)·s) with s = ceil(Ψ/N_d). Only the owner keeps Adam's m and v for
 its slice, so a rank holds 8·s bytes of fp32 Adam state instead of 8Ψ: the memory model's 8Ψ/N_d
-(:func:`helpers.cost.memory.model_states`) plus 8·pad/N_d bytes for the padding.
+plus 8·pad/N_d bytes for the padding (:func:`helpers.cost.memory.predicted_optimizer_bytes`).
 """
 
 from __future__ import annotations
@@ -15,8 +15,6 @@ import math
 from dataclasses import dataclass
 
 import torch
-
-from helpers.cost.memory import model_states
 
 
 @dataclass(frozen=True)
@@ -54,13 +52,6 @@ def flat_layout(numel: int, world: int) -> FlatLayout:
             f"(shard {shard}); use fewer ranks or a bigger model"
         )
     return FlatLayout(numel, world, shard, shard * world, shard * world - numel)
-
-
-def predicted_optimizer_bytes(layout: FlatLayout, precision: str = "fp32") -> tuple[float, float]:
-    """(memory model's K·Ψ/N_d, bytes the padding adds = K·pad/N_d) for one rank under ZeRO-1."""
-    _, _, optim = model_states(layout.numel, precision, zero_stage=1, dp=layout.world)
-    _, _, k = model_states(1, precision, zero_stage=0)
-    return optim, k * layout.pad / layout.world
 
 
 def comm_bytes_per_step(layout: FlatLayout, element_size: int) -> dict[str, int]:
@@ -126,14 +117,15 @@ class Zero1Adam:
         self.own = self.layout.owned(rank)
         self.m = torch.zeros(
             self.layout.shard, device=tensors[0].device
-        )  # (s,) my slice's Adam state only
+        )  # (shard,) my slice's Adam state only
         self.v = torch.zeros_like(self.m)
 
     def _flat(self, parts: list[torch.Tensor]) -> torch.Tensor:
-        flat = torch.zeros(self.layout.padded, device=self.m.device)  # (N·s,)
+        flat = torch.zeros(self.layout.padded, device=self.m.device)  # (N·shard,)
         flat[: self.layout.numel] = torch.cat([p.reshape(-1) for p in parts])
         return flat
 
+    # [start: zero1-step]
     @torch.no_grad()
     def step(self) -> None:
         import torch.distributed as dist
@@ -153,3 +145,5 @@ class Zero1Adam:
             t.copy_(weights[offset : offset + t.numel()].view_as(t))
             t.grad = None
             offset += t.numel()
+
+    # [end: zero1-step]

@@ -8,19 +8,23 @@ Record on a box with two or more GPUs (results/<hardware>/ch01_hybrid.json):
 from __future__ import annotations
 
 
+from helpers.parallel.degrees import degree_flags
 from helpers.record import cli
-from helpers.record.results import format_table, load, save
+from helpers.record.results import describe, format_table, load, save
 from helpers.record.runner import run_one, status
 
 NPROC = 2
 HYBRID_LAYOUTS = {
-    "tp=2": ["--tp", "2"],
-    "pp=2 (1F1B, 2 micro-batches)": ["--pp", "2", "--microbatches", "2"],
-    "sp=2 all_to_all (Ulysses)": ["--sp", "2", "--sp_mode", "all_to_all"],
-    "tp=2 + split_gather SP": ["--tp", "2", "--sp_mode", "split_gather"],
+    "tp=2": degree_flags(tensor=2),
+    "pp=2 (1F1B, 2 micro-batches)": [*degree_flags(pipeline=2), "--microbatches", "2"],
+    "sp=2 all_to_all (Ulysses)": degree_flags(sequence=2, sequence_mode="all_to_all"),
+    "tp=2 + split_gather SP": degree_flags(tensor=2, sequence_mode="split_gather"),
     "dp=2 ZeRO-1 bf16": ["--zero", "1", "--precision", "bf16"],
-    "tp=2 bf16": ["--tp", "2", "--precision", "bf16"],
-    "TRAP sp=2 all_to_all, sdpa": "--sp 2 --sp_mode all_to_all --attn sdpa --expect_drift".split(),
+    "tp=2 bf16": [*degree_flags(tensor=2), "--precision", "bf16"],
+    "TRAP sp=2 all_to_all, sdpa": [
+        *degree_flags(sequence=2, sequence_mode="all_to_all"),
+        *"--attn sdpa --expect_drift".split(),
+    ],
 }
 
 
@@ -71,8 +75,6 @@ def columns(rows: list[dict]) -> list[str]:
 
 def show_recorded() -> str:
     """The recorded GPU table with its provenance (what a CPU reader sees)."""
-    from helpers.record.results import describe
-
     record = load("ch01_hybrid")
     return (
         describe(record)

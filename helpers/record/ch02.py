@@ -43,9 +43,13 @@ from helpers.record.ch02_runs import (
     demo_args,
     not_run_reason,
     run_named,
+    verdict,
+    waiting,
 )
 from helpers.record.runner import run_part
 from helpers.run.launch import REPO_ROOT
+from helpers.record.ch05 import kill_and_resume
+from helpers.run import env
 
 FIRST_TIMEOUT_S = 480  # the first HybridAdam run of a fresh box JIT-compiles its kernels
 KILL_RESUME_S = 120  # left of the budget for a kill-and-resume: 3 launches, ~25 s each on 2 GPUs
@@ -61,8 +65,6 @@ MULTICAST_OFF = {
 def kill_and_resume_run(run: Run, show: str = "none", kill_rank: int = KILL_RANK) -> dict:
     """Chapter 5's uninterrupted, killed (rank 6 at step 5) and resumed runs at ``run.gpus``
     ranks."""
-    from helpers.record.ch05 import kill_and_resume
-
     record = {
         "name": run.key,
         "demo": run.demo,
@@ -135,9 +137,7 @@ def record(
 
 
 def _launch_runs(keys, quick, budget_s, save_results, show, gpus_here, copy_to) -> list[dict]:
-    from helpers.run.env import gpu_count
-
-    gpus_here = gpu_count() if gpus_here is None else gpus_here
+    gpus_here = env.gpu_count() if gpus_here is None else gpus_here
     chosen = [run_named(k) for k in keys] if keys else list(RUNS)
     chosen.sort(key=lambda r: KEYS.index(r.key))
     name = QUICK_NAME if quick else NAME
@@ -183,8 +183,6 @@ def _launch_runs(keys, quick, budget_s, save_results, show, gpus_here, copy_to) 
 
 
 def _record(args) -> None:
-    from helpers.chapters.ch02_combining import verdict, waiting
-
     out = record(args.only, args.quick, args.budget_s, args.record, args.show, copy_to=args.copy_to)
     for run in out:
         v = verdict(run_named(run["name"]), run)

@@ -8,7 +8,7 @@ ch03_layouts.json):
 
 Each run is its own torchrun with a timeout; a failing run is recorded with its error text and the
 recording goes on. Without GPUs the same code runs on 2 gloo ranks with CPU-sized inputs. The
-records are read back by :mod:`helpers.record.ch03_calibration` (the collectives against the α-β
+records are read back by :mod:`helpers.cost.calibration` (the collectives against the α-β
 model), :func:`share_rows` (the communication share) and :mod:`helpers.record.ch03_validation`
 (the planner's layouts against their measured step times).
 """
@@ -18,8 +18,9 @@ from __future__ import annotations
 import subprocess
 import time
 
+from helpers.parallel.degrees import degree_flags
 from helpers.record import cli
-from helpers.record.ch03_calibration import MB, collective_table, measured_collectives, worst_error
+from helpers.cost.calibration import MB, collective_table, measured_collectives, worst_error
 from helpers.record.results import format_table, save
 from helpers.record.runner import run_one
 from helpers.run.env import gpu_count
@@ -41,11 +42,11 @@ SHARE_CASES = {
 PLAN_LAYOUTS = {
     "dp=2": [],
     "dp=2 ZeRO-2": ["--zero", "2"],
-    "tp=2": ["--tp", "2"],
-    "tp=2 + split_gather SP": ["--tp", "2", "--sp_mode", "split_gather"],
-    "pp=2, m=4": ["--pp", "2", "--microbatches", "4"],
-    "pp=2, m=8": ["--pp", "2", "--microbatches", "8"],
-    "sp=2 all_to_all": ["--sp", "2", "--sp_mode", "all_to_all"],
+    "tp=2": degree_flags(tensor=2),
+    "tp=2 + split_gather SP": degree_flags(tensor=2, sequence_mode="split_gather"),
+    "pp=2, m=4": [*degree_flags(pipeline=2), "--microbatches", "4"],
+    "pp=2, m=8": [*degree_flags(pipeline=2), "--microbatches", "8"],
+    "sp=2 all_to_all": degree_flags(sequence=2, sequence_mode="all_to_all"),
     "dp=2 + recompute": ["--recompute"],
 }
 QUICK_LAYOUTS = ("dp=2", "tp=2")

@@ -9,7 +9,7 @@ planner's order hold on real GPUs?".
 
 from __future__ import annotations
 
-from helpers.config.shape import ModelShape
+from helpers.models.shape import ModelShape
 from helpers.cost.step_time import Hardware, plan_layout
 from helpers.parallel.layouts import Layout
 

@@ -24,10 +24,14 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from helpers.chapters.ch05_launch import compare_final_weights, losses_from_lines
+from helpers.run.env import losses_from_lines
+from helpers.train.weights import compare_final_weights
 from helpers.record import cli, results
 from helpers.record.runner import run_one
 from helpers.train import checkpoint as ckpt
+from helpers.config.dry_run import scaled_down
+from helpers.config.loading import load_config
+from helpers.config.plugin import plugin_spec
 
 NPROC = 2
 RECORD = "ch05_gpu"
@@ -160,10 +164,6 @@ def reshard(
 
 def dry_run(workdir: Path, show: str) -> dict:
     """Chapter 4: the seed's 64-GPU layout scaled down to two GPUs, one step and a save."""
-    from helpers.config.dry_run import scaled_down
-    from helpers.config.loading import load_config
-    from helpers.config.plugin import plugin_spec
-
     small = scaled_down(load_config("seed_complete.yaml"), NPROC)
     config = workdir / "seed_dry_run.yaml"
     config.write_text(small.to_yaml())

@@ -23,7 +23,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from helpers.config.layout import TrainLayout
+from helpers.parallel.train_layout import TrainLayout
 from helpers.record import cli
 from helpers.record.ch07_layouts import ALL, GROUPS, NPROC, QUICK, layout_named, plan
 from helpers.record.ch07_tables import table_rows

@@ -1,10 +1,10 @@
 """Chapter 7's memory table: the layouts of one Llama, and which of them run at a world size.
 
 Every layout of :data:`LAYOUTS` trains the same Llama (24 layers, h = 1024) under one Colossal-AI
-plugin, one precision and one memory technique (:class:`helpers.config.layout.TrainLayout`); the
-recorder :mod:`helpers.record.ch07` runs each as one torchrun. :func:`layouts_for` says which run at
-a world size (at world 1 not those that need two GPUs, tensor and pipeline parallelism, nor ZeRO-1
-bf16, which there is ZeRO-2 bf16 again: one rank holds every shard), in the order recorded
+plugin, one precision and one memory technique (:class:`helpers.parallel.train_layout.TrainLayout`);
+the recorder :mod:`helpers.record.ch07` runs each as one torchrun. :func:`layouts_for` says which
+run at a world size (at world 1 not those that need two GPUs, tensor and pipeline parallelism, nor
+ZeRO-1 bf16, which there is ZeRO-2 bf16 again: one rank holds every shard), in the order recorded
 (Chapter 7, "The model against the GPU", "One GPU beside two").
 
 :data:`ACCUMULATION` are six more layouts, run only when ``--only`` names them or their group
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from helpers.config.layout import TrainLayout
+from helpers.parallel.train_layout import TrainLayout
 
 NPROC = 2
 MIB, GIB = 2**20, 2**30

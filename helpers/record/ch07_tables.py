@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from helpers.config.layout import TrainLayout
+from helpers.parallel.train_layout import CH07_SHAPE, TrainLayout
 from helpers.record.ch07_layouts import GIB, LAYOUTS, MIB, NPROC, TECHNIQUES
-from helpers.record.results import format_table, load
+from helpers.record.results import describe, format_table, load
+from helpers.cost.memory_llama import predict, layer_activation_parts
 
 
 def rank_results(run: dict) -> list[dict] | None:
@@ -26,8 +27,6 @@ def rank_results(run: dict) -> list[dict] | None:
 
 def summary(record: dict) -> dict:
     """Measured and predicted peak of the rank that uses most (the one that decides OOM)."""
-    from helpers.cost.memory_llama import predict
-
     per_rank = rank_results(record)
     if per_rank is None:
         known = [x for x in LAYOUTS if x.name == record["name"]]
@@ -157,8 +156,6 @@ def recorded_layouts(record: dict) -> dict[str, TrainLayout]:
 
 def predicted_rows(layouts: list[TrainLayout] = LAYOUTS) -> list[dict]:
     """The model's answer for every layout, on the rank that needs most."""
-    from helpers.cost.memory_llama import predict
-
     rows = []
     for layout in layouts:
         p = max((predict(layout, r) for r in range(layout.world)), key=lambda x: x["peak"])
@@ -178,9 +175,6 @@ def predicted_rows(layouts: list[TrainLayout] = LAYOUTS) -> list[dict]:
 
 def activation_rows(shape=None, tokens: int = 4096, seq: int = 1024) -> list[dict]:
     """Bytes per token and layer of each part, HF Llama against Korthikanti's 34·h (GPT, 16-bit)."""
-    from helpers.config.layout import CH07_SHAPE
-    from helpers.cost.memory_llama import layer_activation_parts
-
     shape = shape or CH07_SHAPE
     rows = []
     for label, e, attn in (
@@ -205,8 +199,6 @@ def activation_rows(shape=None, tokens: int = 4096, seq: int = 1024) -> list[dic
 
 def phase_rows(record: dict, names: list[str]) -> list[dict]:
     """Measured phase peaks (one step, allocator peak reset between phases) next to the model's."""
-    from helpers.cost.memory_llama import predict
-
     runs = {r["name"]: rank_results(r) for r in record["runs"] if rank_results(r)}
     rows = []
     for name in names:
@@ -234,8 +226,6 @@ def phase_rows(record: dict, names: list[str]) -> list[dict]:
 
 
 def show_recorded(gpus: int = NPROC) -> str:
-    from helpers.record.results import describe
-
     record = load("ch07_memory", gpus=gpus)
     rows = table_rows(record["runs"])
     return describe(record) + "\n\n" + format_table(rows, list(rows[0]))

@@ -11,6 +11,7 @@ from helpers.record.ch07 import ONE_GPU_COMMAND, RECORD_COMMAND
 from helpers.record.ch07_layouts import GIB, LAYOUTS, layout_named, not_at_world, sharding_note
 from helpers.record.ch07_tables import summary
 from helpers.record.results import box_label, describe, find
+from helpers.cost.memory_llama import predict
 
 
 def world_rows(
@@ -21,8 +22,6 @@ def world_rows(
     tokens/s per GPU. ``one``/``two``: the records (default: results/1x…/ and 2x…/ch07_memory.json).
     Without a one-GPU record its cells say "not recorded yet on 1×H200" with the command, and the
     prediction for world 1 is still shown (it needs no GPU)."""
-    from helpers.cost.memory_llama import predict
-
     one = one if one is not None else find("ch07_memory", gpus=1)
     two = two if two is not None else find("ch07_memory", gpus=2)
     sides = [(2, two, box_label(two, 2)), (1, one, box_label(one, 1))]

@@ -25,9 +25,12 @@ from __future__ import annotations
 import importlib.util
 import time
 
+from helpers.parallel.degrees import degree_flags
 from helpers.record import cli
 from helpers.record.runner import run_part
 from helpers.record.results import save
+from helpers.parallel.train_layout import TrainLayout
+from helpers.cost.memory_llama import predict
 
 DEMO = "ch08_train"
 PARTS = ("compare", "oom", "tune", "gemini")
@@ -40,7 +43,13 @@ COMPARE_RUNS = {  # name: flags (global batch 8 in each: micro_batch × dp)
     "PyTorch FSDP2 (fully_shard per layer, AdamW)": ["--framework", "fsdp2", "--micro_batch", "4"],
     "Colossal-AI LowLevelZero ZeRO-2": "--plugin zero --zero_stage 2 --micro_batch 4".split(),
     "Colossal-AI Gemini (ZeRO-3, static placement)": ["--plugin", "gemini", "--micro_batch", "4"],
-    "Colossal-AI HybridParallel tp=2": ["--plugin", "hybrid", "--tp", "2", "--micro_batch", "8"],
+    "Colossal-AI HybridParallel tp=2": [
+        "--plugin",
+        "hybrid",
+        *degree_flags(tensor=2),
+        "--micro_batch",
+        "8",
+    ],
 }
 # the compare run's Gemini went NaN from step 3; recorded: NaN with the async gradient reduce,
 # finite without it (our reading of the source: the chunk is freed, storage.resize_(0), without
@@ -74,22 +83,47 @@ TUNE_COMMON = (
 TUNE_RUNS = [  # (knob changed, flags): each run changes one knob of the previous one
     (
         "start: tp=2, micro-batch 2, recompute on, overlap off",
-        ["--tp", "2", "--micro_batch", "2", "--recompute", "--overlap", "0"],
+        [*degree_flags(tensor=2), "--micro_batch", "2", "--recompute", "--overlap", "0"],
     ),
     (
         "TP degree 2 → 1 (dp=2)",
-        ["--tp", "1", "--micro_batch", "2", "--recompute", "--overlap", "0"],
+        [*degree_flags("tensor", tensor=1), "--micro_batch", "2", "--recompute", "--overlap", "0"],
     ),
-    ("micro-batch 2 → 8", ["--tp", "1", "--micro_batch", "8", "--recompute", "--overlap", "0"]),
-    ("overlap off → on", ["--tp", "1", "--micro_batch", "8", "--recompute", "--overlap", "1"]),
-    ("recomputation on → off", ["--tp", "1", "--micro_batch", "8", "--overlap", "1"]),
+    (
+        "micro-batch 2 → 8",
+        [*degree_flags("tensor", tensor=1), "--micro_batch", "8", "--recompute", "--overlap", "0"],
+    ),
+    (
+        "overlap off → on",
+        [*degree_flags("tensor", tensor=1), "--micro_batch", "8", "--recompute", "--overlap", "1"],
+    ),
+    (
+        "recomputation on → off",
+        [*degree_flags("tensor", tensor=1), "--micro_batch", "8", "--overlap", "1"],
+    ),
     (
         "pipeline pp=2, 2 micro-batches of 8",
-        ["--pp", "2", "--microbatches", "2", "--micro_batch", "8", "--zero_stage", "0"],
+        [
+            *degree_flags(pipeline=2),
+            "--microbatches",
+            "2",
+            "--micro_batch",
+            "8",
+            "--zero_stage",
+            "0",
+        ],
     ),
     (
         "micro-batches 2 → 8 (of 2: same global batch)",
-        ["--pp", "2", "--microbatches", "8", "--micro_batch", "2", "--zero_stage", "0"],
+        [
+            *degree_flags(pipeline=2),
+            "--microbatches",
+            "8",
+            "--micro_batch",
+            "2",
+            "--zero_stage",
+            "0",
+        ],
     ),
 ]
 
@@ -97,9 +131,6 @@ TUNE_RUNS = [  # (knob changed, flags): each run changes one knob of the previou
 def oom_cap_gib() -> tuple[float, dict]:
     """The cap halfway between the failing layout's predicted peak and the larger fix's, and the
     predictions."""
-    from helpers.config.layout import TrainLayout
-    from helpers.cost.memory_llama import predict
-
     peaks = {
         name: predict(TrainLayout(micro_batch=OOM_MICRO_BATCH, **kw))["peak"] / 2**30
         for name, (kw, _) in OOM_RUNS.items()

@@ -24,9 +24,11 @@ from __future__ import annotations
 
 import time
 
+from helpers.parallel.degrees import degree_flags
 from helpers.record import cli
 from helpers.record.results import save
 from helpers.record.runner import run_part
+from helpers.models.data import CIFAR_FOLDER, CIFAR_TEST, data_root, digits_csv
 
 NPROC = 2
 ONE_GPU_COMMAND = cli.command("ch09", ["--record", "--only", "resnet", "--gpus", "1"])
@@ -40,39 +42,46 @@ HYBRID_COMMON = (
 HYBRID_LAYOUTS = {  # name: (GPUs, flags)
     "1 GPU": (1, []),
     "dp=2 ZeRO-1": (2, ["--zero", "1"]),
-    "tp=2": (2, ["--tp", "2"]),
-    "pp=2 (1F1B, mbs 4)": (2, ["--pp", "2", "--mbs", "4"]),
-    "tp=2 + split_gather SP": (2, ["--tp", "2", "--sp_mode", "split_gather"]),
-    "sp=2 all_to_all": (2, ["--sp", "2", "--sp_mode", "all_to_all"]),
+    "tp=2": (2, degree_flags(tensor=2)),
+    "pp=2 (1F1B, mbs 4)": (2, [*degree_flags(pipeline=2), "--mbs", "4"]),
+    "tp=2 + split_gather SP": (2, degree_flags(tensor=2, sequence_mode="split_gather")),
+    "sp=2 all_to_all": (2, degree_flags(sequence=2, sequence_mode="all_to_all")),
 }
 NAN_COMMON = (
     "--preset 1b --batch 8 --seq 1024 --steps 20 --ref_steps 0 --optim hybrid_adam --watch "
     "--lr 3e-4"
 ).split()
 NAN_RUNS = {
-    "tp=2 bf16, one repeated batch": ["--tp", "2", "--repeat"],
+    "tp=2 bf16, one repeated batch": [*degree_flags(tensor=2), "--repeat"],
     "tp=2 bf16, repeated, logits gathered (parallel_output=0)": (
-        "--tp 2 --repeat --parallel_output 0".split()
+        [*degree_flags(tensor=2), *"--repeat --parallel_output 0".split()]
     ),
     "dp=2 bf16, one repeated batch": ["--repeat"],
-    "tp=2 bf16, fresh batches": ["--tp", "2"],
+    "tp=2 bf16, fresh batches": degree_flags(tensor=2),
 }
 # the report's setting exactly (seq 2048, batch 8, zero 0); the gathered-logits run decides whether
 # DistCrossEntropy is involved, if tp=2 ever fails where dp=2 does not
 NAN2048_RUNS = {
-    "tp=2 bf16, one repeated batch, seq 2048": ["--tp", "2", "--repeat"],
+    "tp=2 bf16, one repeated batch, seq 2048": [*degree_flags(tensor=2), "--repeat"],
     "dp=2 bf16, one repeated batch, seq 2048": ["--repeat"],
-    "tp=2 bf16, repeated, seq 2048, logits gathered": "--tp 2 --repeat --parallel_output 0".split(),
+    "tp=2 bf16, repeated, seq 2048, logits gathered": [
+        *degree_flags(tensor=2),
+        *"--repeat --parallel_output 0".split(),
+    ],
 }
 MOE_RUNS = {
-    "Mixtral ep=2 (zero 1)": ["--ep", "2"],
-    "Mixtral ep=1, experts replicated (zero 1)": ["--ep", "1"],
+    "Mixtral ep=2 (zero 1)": degree_flags(expert=2),
+    "Mixtral ep=1, experts replicated (zero 1)": degree_flags("expert", expert=1),
 }
 SP_RUNS = {
-    "tp=2, no SP": ["--tp", "2"],
-    "tp=2 + split_gather (Megatron SP)": ["--tp", "2", "--sp_mode", "split_gather"],
-    "sp=2 all_to_all (Ulysses)": ["--sp", "2", "--sp_mode", "all_to_all"],
-    "sp=2 ring_attn (needs flash-attn)": ["--sp", "2", "--sp_mode", "ring_attn", "--seqs", "2048"],
+    "tp=2, no SP": degree_flags(tensor=2),
+    "tp=2 + split_gather (Megatron SP)": degree_flags(tensor=2, sequence_mode="split_gather"),
+    "sp=2 all_to_all (Ulysses)": degree_flags(sequence=2, sequence_mode="all_to_all"),
+    "sp=2 ring_attn (needs flash-attn)": [
+        *degree_flags(sequence=2, sequence_mode="ring_attn"),
+        "--seqs",
+        "2048",
+    ],
 }
 
 
@@ -99,14 +108,17 @@ def run_list(
         return runs
     if part == "hybrid":
         if quick:
-            tiny = ["--tp", "2", "--preset", "tiny", "--seq", "256", "--steps", "6"]
+            tiny = [*degree_flags(tensor=2), "--preset", "tiny", "--seq", "256", "--steps", "6"]
             return [("tp=2 (tiny)", "ch09_hybrid", 2, tiny, 240.0)]
         return [
             (n, "ch09_hybrid", g, HYBRID_COMMON + a, 300.0) for n, (g, a) in HYBRID_LAYOUTS.items()
         ]
     if part == "nan":
         if quick:
-            tiny = "--tp 2 --repeat --watch --preset tiny --seq 256 --steps 6 --ref_steps 0".split()
+            tiny = [
+                *degree_flags(tensor=2),
+                *"--repeat --watch --preset tiny --seq 256 --steps 6 --ref_steps 0".split(),
+            ]
             return [("tp=2 bf16, repeated (tiny)", "ch09_hybrid", 2, tiny, 240.0)]
         return [(n, "ch09_hybrid", 2, NAN_COMMON + a, 300.0) for n, a in NAN_RUNS.items()]
     if part == "nan2048":
@@ -115,12 +127,18 @@ def run_list(
         return run_list("nan", quick=True) if quick else runs
     if part == "moe":
         if quick:
-            small = "--ep 2 --layers 2 --hidden 256 --seq 256 --steps 4 --ref_steps 2".split()
+            small = [
+                *degree_flags(expert=2),
+                *"--layers 2 --hidden 256 --seq 256 --steps 4 --ref_steps 2".split(),
+            ]
             return [("Mixtral ep=2 (small)", "ch09_mixtral", 2, small, 240.0)]
         return [(n, "ch09_mixtral", 2, a, 300.0) for n, a in MOE_RUNS.items()]
     if part == "sp":
         if quick:
-            tiny = "--sp 2 --sp_mode all_to_all --preset tiny --seqs 512,1024".split()
+            tiny = [
+                *degree_flags(sequence=2, sequence_mode="all_to_all"),
+                *"--preset tiny --seqs 512,1024".split(),
+            ]
             return [("sp=2 all_to_all (tiny)", "ch09_sp_sweep", 2, tiny, 240.0)]
         return [(n, "ch09_sp_sweep", 2, a, 420.0) for n, a in SP_RUNS.items()]
     raise ValueError(f"unknown part {part!r}: one of {PARTS}")
@@ -128,16 +146,12 @@ def run_list(
 
 def cifar10_present() -> bool:
     """Whether CIFAR-10 is under $DATA on this machine (it is not on the book's GPU box)."""
-    from helpers.models.data import CIFAR_FOLDER, CIFAR_TEST, data_root
-
     return (data_root() / CIFAR_FOLDER / CIFAR_TEST[0]).exists()
 
 
 def digits_missing() -> str | None:
     """None when the digits can be read here (scikit-learn, or the copy in helpers/data), else why
     not."""
-    from helpers.models.data import digits_csv
-
     try:
         digits_csv()
     except FileNotFoundError as e:

@@ -21,11 +21,22 @@ import importlib
 import shlex
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable, Iterable
 
-NAMES = ("ch01", "ch02", "ch03", "ch05", "ch07", "ch08", "ch09", "flagship", "multinode")
+from helpers.record.commands import PROG
+from helpers.record.runner import world_mismatch
+
+# the recorders: every module of this package that registers a SPEC, read (not imported) from the
+# files, in file-name order; a new recorder is one new module
+NAMES = tuple(
+    sorted(
+        f.stem
+        for f in Path(__file__).parent.glob("*.py")
+        if "\nSPEC = cli.Recorder(" in f.read_text()
+    )
+)
 FLAGS = ("quick", "only", "budget_s", "gpus", "copy_to", "show")  # the shared ones, --record aside
-PROG = "python -m helpers.record"
 
 
 @dataclass(frozen=True)
@@ -36,7 +47,7 @@ class Recorder:
     no limit), ``gpus`` (the world size without ``--gpus``) and ``show``; ``only``: the names
     ``--only`` picks from; ``extra(parser)``: its own flags; ``check(args)``: raises ValueError for
     flags that do not go together. ``one_gpu``: its command in the book's one-GPU device call
-    (:func:`helpers.record.runner.one_gpu_commands`), with ``one_gpu_budget_s`` (None: what the
+    (:func:`one_gpu_commands`), with ``one_gpu_budget_s`` (None: what the
     recorders with a budget of their own leave)."""
 
     name: str
@@ -118,8 +129,6 @@ def parser(name: str) -> argparse.ArgumentParser:
 
 def parse(name: str, argv: list[str]) -> tuple[Recorder, argparse.Namespace]:
     """Recorder ``name`` and its parsed flags (argparse exits on a usage error)."""
-    from helpers.record.runner import world_mismatch
-
     s, p = spec(name), parser(name)
     args = p.parse_args(argv)
     wrong = world_mismatch(args.gpus, args.record) if "gpus" in s.flags else None
@@ -156,38 +165,35 @@ def main(argv: list[str] | None = None) -> None:
     s.record(args)
 
 
-# The module each record's command ran before the recorders shared this command line; the records
-# keep the command that made them (provenance), :func:`spelled_today` gives today's spelling.
-_BEFORE = {
-    "chapter01": "ch01",
-    "multigpu": "ch02",
-    "chapter03": "ch03",
-    "chapter05_gpu": "ch05",
-    "chapter07": "ch07",
-    "chapter08": "ch08",
-    "chapter09": "ch09",
-    "flagship": "flagship",
-}
+# the one-GPU device call's recorders, all three (a call may run 600 s; the kit installs first)
+ONE_GPU_TOTAL_S = 480
 
 
-def spelled_today(command: str) -> str:
-    """A recorded command as it is typed today; a command already spelled so comes back unchanged.
+def one_gpu_commands(total_s: float = ONE_GPU_TOTAL_S) -> list[str]:
+    """The one-GPU recorders' commands for the book's device call, in order, each with
+    ``--budget_s``: those registered with a budget of their own (Chapter 9's ResNet, the flagship),
+    then the one that takes what is left of ``total_s`` (Chapter 7's memory layouts: ``$END``, set
+    by :func:`one_gpu_device_command`, minus the time now). The layouts run in order of importance,
+    so the ones a long flagship leaves no time for come last. Each recorder registers its command
+    in its :class:`Recorder` (``one_gpu``, ``one_gpu_budget_s``)."""
+    specs = [s for s in map(spec, NAMES) if s.one_gpu]
+    own = [s for s in specs if s.one_gpu_budget_s is not None]
+    return [f"{s.one_gpu} --budget_s {s.one_gpu_budget_s:g}" for s in own] + [
+        f"{s.one_gpu} --budget_s $(( END - $(date +%s) ))"
+        for s in specs
+        if s.one_gpu_budget_s is None
+    ]
 
-    >>> spelled_today("python -m helpers.chapter09 --record --parts resnet,moe --gpus 1")
-    'python -m helpers.record ch09 --record --only resnet moe --gpus 1'
-    """
-    words = command.split()
-    if len(words) < 3 or words[:2] != ["python", "-m"]:
-        return command
-    name = _BEFORE.get(words[2].removeprefix("helpers."))
-    if name is None or not words[2].startswith("helpers."):
-        return command
-    rest, out = words[3:], []
-    for i, word in enumerate(rest):
-        if word == "--parts" and i + 1 < len(rest):
-            out.append("--only")
-        elif i > 0 and rest[i - 1] == "--parts":
-            out.extend(word.split(","))
-        else:
-            out.append(word)
-    return " ".join([PROG, name, *out])
+
+def one_gpu_device_command(
+    commit: str = "<commit>", out: str = '"$OUT"', total_s: float = ONE_GPU_TOTAL_S
+) -> str:
+    """One bash line for a lent one-GPU machine: the kit, the commit for the provenance, the
+    deadline ``END`` (``total_s`` from after the kit), then every recorder of
+    :func:`one_gpu_commands` with ``--copy_to`` (each save also lands in $OUT). ``;`` between
+    recorders: one that fails does not stop the next."""
+    runs = " ; ".join(f"{c} --copy_to {out}" for c in one_gpu_commands(total_s))
+    return (
+        f"source .gpu-kit/activate.sh && export BOOK_GIT_COMMIT={commit} "
+        f"&& END=$(( $(date +%s) + {total_s:g} )) && {runs}"
+    )

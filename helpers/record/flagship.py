@@ -23,11 +23,13 @@ from __future__ import annotations
 import json
 import time
 
-from helpers.record import cli
+from helpers.run import env
+from helpers.record import cli, flagship_levers as fl
 from helpers.record.flagship_levers import NAMES as LEVER_NAMES
 from helpers.record.flagship_runs import HEAD_TO_HEAD, NPROC, RUNS, WORLD1_RUNS, run_list
 from helpers.record.flagship_summary import compare, summarize
 from helpers.record.runner import run_part
+from helpers.record.results import save, earlier, merge_runs
 
 DEMO = "ch08_train"
 ONE_GPU_COMMAND = cli.command("flagship", ["--record", "--gpus", "1"])
@@ -51,9 +53,6 @@ def record(
 
     ``gpus``: the world size of every run (1: :data:`WORLD1_RUNS`); ``copy_to``: also copy each
     save there."""
-    from helpers.record.results import save
-    from helpers.run.env import gpu_count
-
     start, rows, runs, path = time.monotonic(), [], [], None
     words = ["--record"] if save_results else []
     words += (["--quick"] if quick else []) + (["--head_to_head"] if head_to_head else [])
@@ -66,7 +65,7 @@ def record(
     only = only or (list(HEAD_TO_HEAD) if head_to_head else None)
     if levers:
         return record_levers(levers, quick, budget_s, save_results, show, command, copy_to, only)
-    chosen = run_list(quick, only, cpu=gpu_count() < gpus, rounds=rounds, gpus=gpus)
+    chosen = run_list(quick, only, cpu=env.gpu_count() < gpus, rounds=rounds, gpus=gpus)
     print(f"[flagship] {len(chosen)} runs on {gpus} GPU(s), budget {budget_s:g} s", flush=True)
     for name, args, timeout_s in chosen:
         [run] = run_part(
@@ -102,9 +101,6 @@ def record_levers(
     """One part of :mod:`helpers.record.flagship_levers` at world size 1, saved after every run
     with the measured matmul ceiling (and, for ``h2h``, the verdict over the rounds). ``only``:
     those runs, merged into the part's earlier record (each kept run keeps its provenance)."""
-    from helpers.record import flagship_levers as fl
-    from helpers.record.results import earlier, merge_runs, save
-
     start, runs, rows = time.monotonic(), [], []
     ceiling = fl.matmul_ceiling()
     extra = {"matmul_ceiling_tflops": ceiling, "part": part}

@@ -18,6 +18,9 @@ matmul ceiling (:func:`matmul_ceiling`) and, where taken, the trace and the memo
 from __future__ import annotations
 
 from helpers.record.flagship_runs import CHECK, FSDP2, ROUND, SHAPE, ZERO2
+from helpers.cost.mfu import H200_BF16_PEAK
+from helpers.record.flagship_summary import summarize
+from helpers.train.levers import sdpa_in
 
 COMMON = "--precision bf16 --seq 2048 --steps 5 --warmup 3 --ref_steps 3 --profile 1".split()
 COMMON += CHECK
@@ -76,8 +79,8 @@ LEVERS_FSDP2 = [  # plain PyTorch given the same levers: the same model, data an
         "--sdpa cudnn --fused_ce liger --fuse_proj --micro_batch 48",
     ),
 ]
-# the levers that won (flagship_levers.json: its fastest row that kept its loss, which
-# tests/test_one_gpu_pages.py checks), with the micro-batch the fused loss makes room for
+# the levers that won (flagship_levers.json: its fastest row that kept its loss),
+# with the micro-batch the fused loss makes room for
 BEST = "--sdpa cudnn --fused_ce liger --micro_batch 48".split()
 H2H = (
     ("Colossal-AI LowLevelZero ZeRO-2, best levers", BASE + BEST),
@@ -182,9 +185,6 @@ def matmul_ceiling(n: int = 8192, sets: int = 4) -> float | None:
 def row(name: str, run: dict, ceiling_tflops: float | None) -> dict:
     """:func:`helpers.record.flagship_summary.summarize`'s row plus the levers and what they
     show."""
-    from helpers.cost.mfu import H200_BF16_PEAK
-    from helpers.record.flagship_summary import summarize
-
     out = summarize(name, run)
     ranks = [r for r in run.get("results", []) if "framework" in r]
     if not ranks or not out["ok"]:
@@ -213,8 +213,6 @@ def row(name: str, run: dict, ceiling_tflops: float | None) -> dict:
 def _check_sdpa(out: dict) -> None:
     """A row that asked for one SDPA backend but whose profile names another's kernels measured
     something else: it fails, with the reason (:func:`helpers.train.levers.sdpa_in`)."""
-    from helpers.train.levers import sdpa_in
-
     names = [n for n, _ in (out.get("kernels") or {}).get("top", [])]
     names += list((out.get("trace") or {}).get("kernels", {}))
     ran = sdpa_in(names)

@@ -14,6 +14,7 @@ then the same one-GPU training, so the loss check still holds every run to
 """
 
 from __future__ import annotations
+from helpers.train.framework_run import parser
 
 NPROC = 2
 SHAPE = "--layers 16 --hidden 2048 --heads 16 --kv_heads 16 --vocab 32000".split()
@@ -152,8 +153,6 @@ def estimate_s(args: list[str]) -> float:
     """Seconds one run of ``args`` should take on one H200 (START_S + COMPILE_S when compiled +
     every step the demo takes, the reference's included): the budget arithmetic of the one-GPU
     call."""
-    from helpers.train.framework_run import parser
-
     ns = parser().parse_args(args)
     steps = ns.ref_steps + ns.warmup + ns.steps + ns.profile
     return (

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from helpers.cost.mfu import flops_per_token, mfu
 from helpers.record.flagship_runs import LOSS_TOLERANCE, ROUND
-from helpers.record.runner import loss_verdict, mean_losses
+from helpers.train.reference import loss_verdict, mean_losses
 
 
 def summarize(name: str, run: dict) -> dict:

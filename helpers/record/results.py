@@ -22,6 +22,8 @@ from pathlib import Path
 
 import torch
 
+from helpers.record.commands import spelled_today
+
 RESULTS_DIR = Path(__file__).resolve().parents[2] / "results"
 
 
@@ -239,8 +241,6 @@ def describe(record: dict) -> str:
 
 
 def _today(command: str) -> str:
-    from helpers.record.cli import spelled_today
-
     today = spelled_today(command)
     return "" if today == command else f" (typed today: {today})"
 

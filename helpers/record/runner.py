@@ -5,21 +5,23 @@
 text (and any RESULT lines its ranks printed before failing), so one bad layout never costs the
 rest of a recording; :func:`run_part` records a run that would start after the budget as skipped,
 and one that needs more GPUs than the recording's ``--gpus`` as not run ("needs 2 GPUs"); a run
-still going prints a line every 30 s. :func:`loss_verdict` reads a recorded run's losses against
-its single-GPU reference. :func:`one_gpu_device_command` is the one-GPU device call (Chapter 9's
-ResNet, the flagship, Chapter 7's layouts, each ``--gpus 1`` within one time budget).
+still going prints a line every 30 s (whether a run's losses count:
+:func:`helpers.train.reference.loss_verdict`). :func:`demo_parser` is a replayed demo's command
+line, checked without importing the demo.
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
-import math
+import importlib
 import re
 import shlex
 import threading
 import time
 from typing import Callable
 
+from helpers.run import env
 from helpers.run.env import results_of
 from helpers.run.launch import LaunchError, LaunchTimeout, launch, torchrun_command
 
@@ -129,13 +131,11 @@ def world_mismatch(gpus: int | None, recording: bool) -> str | None:
     in (and overwrite) the two-GPU folder. So a recording with ``--gpus N`` wants exactly N visible
     GPUs (``CUDA_VISIBLE_DEVICES=0`` makes a one-GPU machine of a bigger one); a CPU-only machine
     runs whatever its gloo path allows."""
-    from helpers.run.env import gpu_count
-
     if gpus is None:
         return None
     if gpus < 1:
         return f"--gpus must be at least 1, got {gpus}"
-    have = gpu_count()
+    have = env.gpu_count()  # looked up at call time (a test stands in for the GPUs)
     if recording and have and have != gpus:
         return (
             f"--gpus {gpus} --record writes results/{gpus}x<GPU>/ only where exactly {gpus} GPU(s) "
@@ -194,79 +194,19 @@ def run_part(
     return out
 
 
-def mean_losses(results: list[dict]) -> list[float]:
-    """The global loss per step: the mean over the ranks that report one (dp ranks, or the last
-    stage)."""
-    per_rank = [r["losses"] for r in results if r.get("losses")]
-    steps = max((len(x) for x in per_rank), default=0)
-    out = []
-    for k in range(steps):
-        vals = [x[k] for x in per_rank if k < len(x) and x[k] is not None]
-        out.append(sum(vals) / len(vals) if vals else float("nan"))
-    return out
+# the library module whose ``parser()`` is a demo's command line, for the demos whose run lists
+# the recorders replay: a recorder or test checks its flags without importing the demo
+PARSERS = {
+    "ch05_train": "helpers.train.run_config",
+    "ch07_memory": "helpers.train.layout_step",
+    "ch08_train": "helpers.train.framework_run",
+    "ch09_hybrid": "helpers.train.benchmark",
+    "ch09_mixtral": "helpers.train.moe_plugin",
+    "ch09_resnet_train": "helpers.train.resnet",
+    "ch09_sp_sweep": "helpers.train.seq_sweep",
+}
 
 
-def loss_verdict(results: list[dict], tolerance: float = 0.05) -> dict:
-    """Whether a run's losses count: {'valid': bool, 'reason': str, 'max_ref_gap': float | None}.
-
-    A run is invalid when its mean loss (over the ranks that report one) is not finite at some
-    step, or departs from the single-GPU reference (same global batches, trained first on every
-    rank) by more than ``tolerance`` at a step the reference covers. A fast run with a wrong loss
-    measures nothing (Chapter 6's Gemini run: NaN from the third step on). Used by Chapters 6 and
-    8's tables and the flagship benchmark (:mod:`helpers.record.flagship`).
-    """
-    mean = mean_losses(results)
-    ref = next((r["reference"] for r in results if r.get("reference")), [])
-    diffs = [abs(a - b) for a, b in zip(mean, ref)]
-    finite = [d for d in diffs if math.isfinite(d)]
-    gap = {"max_ref_gap": round(max(finite), 4) if finite else None}
-    bad = next((k for k, x in enumerate(mean) if not math.isfinite(x)), None)
-    if bad is not None:
-        return {"valid": False, "reason": f"loss not finite from step {bad + 1} on", **gap}
-    if diffs and max(diffs) > tolerance:
-        return {
-            "valid": False,
-            "reason": f"loss departs from the reference by {max(diffs):.3f}",
-            **gap,
-        }
-    return {
-        "valid": True,
-        "reason": f"within {tolerance} of the reference" if ref else "finite (no reference)",
-        **gap,
-    }
-
-
-# the one-GPU device call's recorders, all three (a call may run 600 s; the kit installs first)
-ONE_GPU_TOTAL_S = 480
-
-
-def one_gpu_commands(total_s: float = ONE_GPU_TOTAL_S) -> list[str]:
-    """The one-GPU recorders' commands for the book's device call, in order, each with
-    ``--budget_s``: those registered with a budget of their own (Chapter 9's ResNet, the flagship),
-    then the one that takes what is left of ``total_s`` (Chapter 7's memory layouts: ``$END``, set
-    by :func:`one_gpu_device_command`, minus the time now). The layouts run in order of importance,
-    so the ones a long flagship leaves no time for come last. Each recorder registers its command
-    in its :class:`helpers.record.cli.Recorder` (``one_gpu``, ``one_gpu_budget_s``)."""
-    from helpers.record import cli
-
-    specs = [s for s in map(cli.spec, cli.NAMES) if s.one_gpu]
-    own = [s for s in specs if s.one_gpu_budget_s is not None]
-    return [f"{s.one_gpu} --budget_s {s.one_gpu_budget_s:g}" for s in own] + [
-        f"{s.one_gpu} --budget_s $(( END - $(date +%s) ))"
-        for s in specs
-        if s.one_gpu_budget_s is None
-    ]
-
-
-def one_gpu_device_command(
-    commit: str = "<commit>", out: str = '"$OUT"', total_s: float = ONE_GPU_TOTAL_S
-) -> str:
-    """One bash line for a lent one-GPU machine: the kit, the commit for the provenance, the
-    deadline ``END`` (``total_s`` from after the kit), then every recorder of
-    :func:`one_gpu_commands` with ``--copy_to`` (each save also lands in $OUT). ``;`` between
-    recorders: one that fails does not stop the next."""
-    runs = " ; ".join(f"{c} --copy_to {out}" for c in one_gpu_commands(total_s))
-    return (
-        f"source .gpu-kit/activate.sh && export BOOK_GIT_COMMIT={commit} "
-        f"&& END=$(( $(date +%s) + {total_s:g} )) && {runs}"
-    )
+def demo_parser(demo: str) -> argparse.ArgumentParser:
+    """The command line of ``helpers.demos.<demo>`` (one of :data:`PARSERS`)."""
+    return importlib.import_module(PARSERS[demo]).parser()

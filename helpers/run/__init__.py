@@ -5,7 +5,6 @@ guard, the plugins' lifetime), launch (torchrun from a notebook or a test), tail
 output made whole lines again), failure (which rank of a failed launch failed first), shared
 (launches shared within one test run), collectives (timing the four collectives, Chapter 3), groups
 (the process groups Colossal-AI builds, Chapter 2), kernels (Colossal-AI's JIT kernels, Chapter 8)
-and build_lock (their build lock), gpu_suite (``make test-gpu`` and its record), hosts (several
-hosts on one machine, network namespaces) and multinode (one job over those hosts, a torchrun agent
-each; Chapter 5, "Launching with torchrun").
+and build_lock (their build lock), system_packages (the Debian packages the multi-node and browser
+tests use). Several hosts on one machine are :mod:`helpers.cluster`'s.
 """

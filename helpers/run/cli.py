@@ -1,7 +1,8 @@
 """One command line for every demo: the shared flags, the GPU guard and the plugins' lifetime.
 
 Every demo (``helpers/demos``) and every library parser a recorder replays builds its
-``argparse`` parser here; :func:`demo_parser` finds a replayed demo's parser by the demo's name.
+``argparse`` parser here (:func:`helpers.record.runner.demo_parser` finds a replayed demo's parser
+by the demo's name).
 A flag that several demos take (``--seed``, ``--tp``, ``--zero``, ``--lr``, ...) is declared
 once in :data:`FLAGS`; a demo adds it with :func:`add` and passes its own default, so the
 defaults that differ from demo to demo stay visible where they are used.
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import difflib
 import importlib
 import importlib.util
@@ -32,6 +34,7 @@ import pkgutil
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from helpers.parallel import vocab
 from helpers.parallel.vocab import SP_MODES
 
 SEED = 0  # every demo's default seed
@@ -58,24 +61,6 @@ FLAGS: dict[str, dict] = {
 }
 
 
-# the library module whose ``parser()`` is a demo's command line, for the demos whose run lists
-# the recorders replay: a recorder or test checks its flags without importing the demo
-PARSERS = {
-    "ch05_train": "helpers.train.run_config",
-    "ch07_memory": "helpers.train.layout_step",
-    "ch08_train": "helpers.train.framework_run",
-    "ch09_hybrid": "helpers.train.benchmark",
-    "ch09_mixtral": "helpers.train.moe_plugin",
-    "ch09_resnet_train": "helpers.train.resnet",
-    "ch09_sp_sweep": "helpers.train.seq_sweep",
-}
-
-
-def demo_parser(demo: str) -> argparse.ArgumentParser:
-    """The command line of ``helpers.demos.<demo>`` (one of :data:`PARSERS`)."""
-    return importlib.import_module(PARSERS[demo]).parser()
-
-
 def parser(doc: str | None = None, prog: str | None = None) -> argparse.ArgumentParser:
     """A parser described by the first line of ``doc`` (a demo's docstring), if given."""
     return argparse.ArgumentParser(prog=prog, description=doc.splitlines()[0] if doc else None)
@@ -86,11 +71,31 @@ def add(p: argparse.ArgumentParser, name: str, default=None, **override) -> None
     :data:`FLAGS`' keywords (a demo's own help text or narrower choices)."""
     spec = dict(FLAGS[name])
     if name == "precision":
-        from helpers.parallel.vocab import DTYPES
-
-        spec["choices"] = list(DTYPES)
+        spec["choices"] = list(vocab.DTYPES)  # built (with torch) on first use
     spec.update(override)
     p.add_argument(f"--{name}", default=default, **spec)
+
+
+def add_layout(p: argparse.ArgumentParser, layout_class) -> None:
+    """One flag per field of a layout dataclass (:class:`helpers.parallel.train_layout.TrainLayout`)
+    with its default; a ``shape`` field travels as the flags of its ``shape_flags``; a shared flag
+    keeps its declaration in :data:`FLAGS`."""
+    default = layout_class()
+    for f in dataclasses.fields(layout_class):
+        value = getattr(default, f.name)
+        if f.name == "shape":
+            for k in layout_class.shape_flags:
+                shape_default = None if k == "ffn" else getattr(value, k)
+                if k in FLAGS:
+                    add(p, k, shape_default)
+                else:
+                    p.add_argument(f"--{k}", type=int, default=shape_default)
+        elif f.name in FLAGS:
+            add(p, f.name, value)
+        elif isinstance(value, bool):
+            p.add_argument(f"--{f.name}", action="store_true")
+        else:
+            p.add_argument(f"--{f.name}", type=type(value), default=value)
 
 
 def add_all(p: argparse.ArgumentParser, **defaults) -> None:

@@ -10,7 +10,8 @@ initialises the default process group and always tears it down, even when the de
 Results leave a rank through :func:`emit`, one ``RESULT {json}`` line that
 :mod:`helpers.run.launch` collects and sorts by rank; a long result leaves as numbered
 ``RESULT-PART`` lines, each short enough to pass torchrun's output pipe in one piece
-(Chapter 5, "The notebook's launcher"), and :func:`results_of` joins them again.
+(Chapter 5, "The notebook's launcher"), and :func:`results_of` joins them again
+(:func:`losses_from_lines` reads the per-step losses among them, also of a killed run).
 """
 
 from __future__ import annotations
@@ -65,9 +66,11 @@ def rule(nproc: int, gpus: int) -> str:
 
     A demo never decides this itself (Chapter 1, "Where the ranks run").
     """
+    # [start: device-rule]
     if nproc < 1:
         raise ValueError(f"nproc must be at least 1, got {nproc}")
     return "gpu" if nproc <= gpus else "cpu"
+    # [end: device-rule]
 
 
 def placement(nproc: int, gpus: int | None = None, force: str | None = None) -> str:
@@ -225,3 +228,9 @@ def results_of(lines: list[str]) -> list[dict]:
 def max_abs_diff(a: torch.Tensor, b: torch.Tensor) -> float:
     """Largest elementwise difference, as a float JSON can carry."""
     return float((a.detach().float().cpu() - b.detach().float().cpu()).abs().max())
+
+
+def losses_from_lines(lines: list[str]) -> dict[int, float]:
+    """{step: loss} from a rank's output lines (``RESULT {"step": k, "loss": x}``), also of a
+    killed run."""
+    return {r["step"]: r["loss"] for r in results_of(lines) if "step" in r and "loss" in r}

@@ -33,6 +33,7 @@ from helpers.run import cli, shared
 from helpers.run.env import is_result, placement_env, results_of
 from helpers.run.failure import LAUNCHER, failing_rank
 from helpers.run.tail import Joiner
+from helpers.run.kernels import timeout_hint
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 _RANK_LINE = re.compile(r"^\[(?:rank|default)(\d+)\]:(.*)$")
@@ -241,8 +242,6 @@ def _torchrun(demo, nproc, args, timeout_s, show, env, expect_results) -> Launch
     seconds = time.monotonic() - start
     name = cmd[cmd.index("-m", 3) + 1]
     if timed_out:
-        from helpers.run.kernels import timeout_hint  # Chapter 8, "A stale kernel-build lock"
-
         running = sorted(r for r in lines if r != LAUNCHER)
         raise LaunchTimeout(
             f"{name} ran past its {timeout_s:g} s timeout; all {nproc} ranks were killed.\n"

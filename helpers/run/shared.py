@@ -35,6 +35,7 @@ import re
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
+from helpers.run.env import is_result
 
 ENV = "BOOK_SHARED_RUNS"
 # The caller's environment variables that can change what a rank computes or where it runs: the
@@ -180,8 +181,6 @@ def keep(p: Plan | None, launched: dict, args: list[str] = ()) -> None:
 
 def replay(stored: dict, show: str, args: list[str] = ()) -> None:
     """Print what the stored launch printed live: rank 0's lines (``show="rank0"``), then "✓"."""
-    from helpers.run.env import is_result
-
     if show == "rank0":
         for text in stored["lines"].get(0, []):
             if not is_result(text):

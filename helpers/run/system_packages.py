@@ -4,7 +4,7 @@ Used by ``make test`` (``python -m helpers.run.system_packages auto``) and ``mak
 (``... install``), and by ``tests/test_system_packages.py``. The packages: ``chromium`` for the
 rendered-page check (``tests/test_book_build.py``), ``openssh-server``, ``slurm-wlm`` and ``munge``
 for Chapter 5's multi-node runs, whose daemons the tests start themselves inside namespace hosts
-(``helpers/run/hosts.py``) and stop after.
+(``helpers/cluster/hosts.py``) and stop after.
 
 * ``auto`` (``make test``): installs what is missing only on a machine that is not a personal one:
   root already (no ``sudo`` to type) and no systemd running (a container or CI, where no init

@@ -51,6 +51,7 @@ def atomic_dir(final: str | os.PathLike) -> Iterator[Path]:
     writing), rank 0 renames, barrier (no rank goes on before the checkpoint exists). If the block
     raises, nothing is renamed. Works without a process group too (one process).
     """
+    # [start: atomic-dir]
     final = Path(final)
     tmp = final.with_name(TMP_PREFIX + final.name)
     if this_rank() == 0:
@@ -70,6 +71,7 @@ def atomic_dir(final: str | os.PathLike) -> Iterator[Path]:
             os.replace(tmp, final)
         fsync_dir(final.parent)
     barrier()
+    # [end: atomic-dir]
 
 
 def write_json_atomic(path: Path, data: dict) -> None:

@@ -42,6 +42,7 @@ from torch.utils.data import DistributedSampler
 
 from helpers.train.atomic import TMP_PREFIX, atomic_dir, write_json_atomic
 from helpers.train.atomic import barrier, fsync_dir, this_rank
+from helpers.train.faults import die
 
 STEP_DIR = re.compile(r"^step_(\d{8})$")
 
@@ -163,8 +164,6 @@ def save(
             booster.save_lr_scheduler(scheduler, str(tmp / "lr_scheduler.pt"))
         torch.save({"rng": rng_state(), "data": vars(data)}, _rank_file(tmp, rank))
         if kill_rank == rank:
-            from helpers.train.faults import die
-
             die(f"rank {rank} killed while saving step {step}")
         barrier()  # save_* ends without a barrier: rank 0 writes meta.json only when all are done
         if rank == 0:
@@ -266,6 +265,7 @@ def load(
 
     Under another layout (``reshard``) the saved per-rank RNG states belong to other ranks: each
     rank is re-seeded from ``(seed, step, rank)`` instead and the data position is the saved one."""
+    # [start: resume]
     path = Path(path)
     barrier()  # a checkpoint saved earlier in this run is only complete once every rank has written
     meta = read_meta(path)
@@ -284,6 +284,7 @@ def load(
         reseed(layout["seed"], meta["step"], this_rank())
         data = DataPosition(**meta["data"])
     return Resumed(path, meta["step"], data, meta.get("losses", []), meta)
+    # [end: resume]
 
 
 def reseed(seed: int, step: int, rank: int) -> None:

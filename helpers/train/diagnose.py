@@ -9,7 +9,7 @@ prints nothing of its own: it is recognised by Colossal-AI's "[extension] Compil
 line with no "Time taken" after it (colossalai/kernel/extensions/cuda_extension.py:85, 102; Chapter
 8, "A stale kernel-build lock", :mod:`helpers.run.kernels`).
 
-Across hosts (Chapter 8, "A lost node" and "A link goes down"; :mod:`helpers.run.node_faults`)
+Across hosts (Chapter 8, "A lost node" and "A link goes down"; :mod:`helpers.cluster.node_faults`)
 two more: a peer whose connection closed is on another host (gloo prints the peer's address, and
 ``hosts``, the job's address-to-name table, turns it into the host's name), and a collective that
 timed out in a job over several hosts, or on a host whose agent lost the rendezvous store.
@@ -175,6 +175,7 @@ def _across_hosts(log: str, hosts: dict[str, str]) -> bool:
     return len(set(hosts.values())) > 1 or re.search(_STORE_LOST, log) is not None
 
 
+# [start: diagnose]
 def diagnose(log: str, hosts: dict[str, str] | None = None) -> Diagnosis:
     """The first failure of :data:`_RULES` found in ``log`` (the merged output of all ranks, or
     one host's). ``hosts``: the job's hosts, address to name (a hostfile, ``/etc/hosts``), for a
@@ -221,3 +222,6 @@ def diagnose(log: str, hosts: dict[str, str] | None = None) -> Diagnosis:
     return Diagnosis(
         "unknown", "no known failure pattern", "read the first rank's own traceback", last[:300]
     )
+
+
+# [end: diagnose]

@@ -2,7 +2,7 @@
 weights can be compared bit for bit with a one-process reference.
 
 Used by ``helpers/demos/ch08_nodes.py``: the job, started by torchrun across hosts, and with
-``--reference`` its one-process reference, which ``helpers/run/node_faults.py`` compares with.
+``--reference`` its one-process reference, which ``helpers/cluster/node_faults.py`` compares with.
 
 Every step each rank draws its own batch from (seed, step, rank) alone (:func:`batch`) and
 computes its gradient (:func:`grad_of`); the gradients are all-gathered and summed in rank order

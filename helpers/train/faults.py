@@ -18,6 +18,9 @@ import torch
 import torch.distributed as dist
 
 from helpers.run.env import emit, say
+from helpers.models.shape import ModelShape
+from helpers.cost.memory_llama import head_activation_bytes, layer_activation_bytes
+from helpers.models.llama import build_llama, llama_config, token_batch
 
 
 def die(reason: str) -> None:
@@ -72,10 +75,6 @@ def failing_loop(env, args) -> None:
 def oom_step(args) -> None:
     """One training step of a tiny Llama under an address-space cap (one process, no group)."""
     import psutil
-
-    from helpers.config.shape import ModelShape
-    from helpers.cost.memory_llama import head_activation_bytes, layer_activation_bytes
-    from helpers.models.llama import build_llama, llama_config, token_batch
 
     shape = ModelShape.llama(layers=16, hidden=64, heads=2, kv_heads=2, vocab=256)
     config = llama_config(

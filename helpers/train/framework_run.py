@@ -1,8 +1,8 @@
 """Chapter 6 and 8 on GPUs: one Llama step loop under PyTorch FSDP2 or a Colossal-AI plugin.
 
 Used by ``helpers/demos/ch08_train.py`` and by the recorders, which parse their run lists with
-:func:`parser`. The layout flags are Chapter 7's :class:`helpers.config.layout.TrainLayout`; the
-model, data and MFU are Chapter 9's (:func:`helpers.train.presets.mfu`). :func:`build` trains a
+:func:`parser`. The layout flags are Chapter 7's :class:`helpers.parallel.train_layout.TrainLayout`;
+the model, data and MFU are Chapter 9's (:func:`helpers.train.presets.mfu`). :func:`build` trains a
 single-device reference copy on the first ``--ref_steps`` global batches
 (:func:`helpers.train.reference.train_reference_mixed`), then wraps the model in FSDP2 or the
 layout's plugin; :func:`run` times the steps and, with ``--profile``, splits a few more into
@@ -16,7 +16,7 @@ import time
 
 import torch
 
-from helpers.config.layout import TrainLayout, plugin_spec
+from helpers.parallel.train_layout import TrainLayout, plugin_spec
 from helpers.models.llama import build_llama, llama_params, token_batch
 from helpers.parallel.vocab import DTYPES
 from helpers.run import cli
@@ -24,8 +24,10 @@ from helpers.run.env import sync
 from helpers.train import levers, speed
 from helpers.train.layout_step import Trainer
 from helpers.train.presets import mfu
-from helpers.train.profiling import breakdown
-from helpers.train.reference import train_reference_mixed
+from helpers.train.profiling import breakdown, device_events
+from helpers.train.reference import loss_verdict, train_reference_mixed
+from helpers.parallel.fsdp2 import FSDP2Trainer
+from helpers.train.memory_snapshot import step_memory, trace_intervals
 
 
 REF_ROWS = 24  # the most sequences the reference holds at once (its fp32 logits alone: 4·N·V B)
@@ -34,7 +36,7 @@ REF_ROWS = 24  # the most sequences the reference holds at once (its fp32 logits
 def parser():
     """The command line (the recorder's tests parse its run lists with it)."""
     p = cli.parser(__doc__)
-    TrainLayout.add_arguments(p)
+    cli.add_layout(p, TrainLayout)
     p.add_argument("--framework", choices=["fsdp2", "colossal"], default="colossal")
     cli.add(p, "steps", 6, help="timed steps")
     cli.add(p, "warmup", 2)
@@ -101,8 +103,6 @@ def reference_losses(model, layout, args, device) -> list[float]:
 
 def build(layout, args, env):
     """(trainer, plugin or None, model config, reference losses)."""
-    from helpers.parallel.fsdp2 import FSDP2Trainer
-
     config = layout.shape.config(attn=layout.attn, max_seq=layout.seq)
     with torch.device(env.device):
         model = build_llama(config)
@@ -163,17 +163,12 @@ def run(layout, args, env) -> dict:
             sync(env.device)
         profile = breakdown(prof, "cuda" if env.is_gpu else "cpu", args.profile)
         if getattr(args, "trace", False) and env.is_gpu:  # the step's kernels, for a timeline
-            from helpers.train.memory_snapshot import trace_intervals
-            from helpers.train.profiling import device_events
-
             try:  # a figure's data: its failure must not fail the measured run
                 profile["trace"] = trace_intervals(device_events(prof, "cuda"))
             except Exception as e:  # noqa: BLE001
                 profile["trace"] = {"error": f"{type(e).__name__}: {e}"[:300]}
     memory = None
     if getattr(args, "memory_snapshot", False) and env.is_gpu and plugin is not None:
-        from helpers.train.memory_snapshot import step_memory
-
         timed_peak = torch.cuda.max_memory_allocated(env.device) / 2**30  # marks reset it
         try:
             memory = step_memory(trainer, args.warmup + args.steps + args.profile, env.device)
@@ -198,8 +193,6 @@ def divergence(result: dict, tolerance: float) -> str | None:
     """Why the run's loss does not count (every rank's losses gathered, ``loss_verdict``), or
     None."""
     import torch.distributed as dist
-
-    from helpers.record.runner import loss_verdict
 
     everyone = [None] * dist.get_world_size()
     dist.all_gather_object(

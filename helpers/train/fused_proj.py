@@ -24,6 +24,7 @@ from functools import cache
 
 import torch
 from torch import nn
+from helpers.train.decoder import decoder_owner
 
 
 def _stacked(linears: list[nn.Linear]) -> nn.Linear:
@@ -106,8 +107,6 @@ def fuse_layer(layer) -> None:
 def fuse_projections(model) -> int:
     """Fuse every decoder layer of a Hugging Face Llama (``model.model.layers``) before it is
     boosted or sharded; returns how many layers."""
-    from helpers.train.speed import decoder_owner
-
     layers = decoder_owner(model).model.layers
     for layer in layers:
         if not hasattr(layer.self_attn, "q_proj") or not hasattr(layer.mlp, "gate_proj"):

@@ -4,9 +4,9 @@ blocks inside a stage, and the check of every shard against the unsplit model.
 Used by ``helpers/demos/ch02_3d.py`` and ``helpers/demos/ch02_trace.py`` (:func:`place`: a
 rank's coordinates, groups, stage and shards) and, for a D × T grid with every collective timed
 (:func:`timed_step`, :func:`check_unsplit`), by ``helpers/demos/ch05_mesh_order.py``.
-:func:`pipeline_step` runs GPipe's all-forwards-then-
-all-backwards over the replica's micro-batches with send/recv to the rank with the same (dp, tp)
-coordinates in the next or previous stage, every block a tensor-parallel MLP
+:func:`pipeline_step` runs GPipe's all-forwards-then-all-backwards
+(:func:`helpers.parallel.pp.gpipe_step`) over the replica's micro-batches with send/recv to the rank
+with the same (dp, tp) coordinates in the next or previous stage, every block a tensor-parallel MLP
 (:func:`helpers.parallel.tp.mlp_block`); :func:`compare_shards` checks a rank's pieces (gradients
 or weights) against the same slices of the unsplit model (:mod:`helpers.train.reference`).
 """
@@ -19,18 +19,16 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from helpers.parallel.tp import CommClock, mlp_block, shard_mlp_blocks
+from helpers.parallel.tp import mlp_block, mlp_blocks, shard_mlp_blocks, CommClock
 from helpers.train.reference import check_close, global_max
+from helpers.parallel.mesh import RankMesh, process_groups
+from helpers.parallel.pp import gpipe_step, split_layers
 
 
 def place(env, args):
     """This rank's part of the grid for ``args`` (``pp``, ``tp``, ``layers``, ``hidden``,
     ``seed``): (mesh, its coordinates, its tensor/data groups, the stages' layers, the unsplit
     model as the reference, this rank's shards of its stage)."""
-    from helpers.parallel.mesh import RankMesh, process_groups
-    from helpers.parallel.pp import split_layers
-    from helpers.parallel.tp import mlp_blocks
-
     mesh = RankMesh.for_world(env.world_size, pp=args.pp, tp=args.tp)  # D = G / (P·T), checked
     coords = mesh.coords(env.rank)
     groups = process_groups(mesh, ("tp", "dp"))
@@ -56,38 +54,18 @@ def compare_shards(params, full, layers, tp_rank: int, tp: int, what: str, when:
 
 
 def pipeline_step(params, xs, ys, coords, mesh, tp_group, device):
-    """GPipe over this replica's micro-batches; returns the replica's loss on the last stage (or
-    None)."""
+    """GPipe over this replica's micro-batches (:func:`helpers.parallel.pp.gpipe_step`), every
+    block a tensor-parallel MLP; returns the replica's loss on the last stage (or None)."""
     pp, PP = coords["pp"], mesh.pp
     nxt = mesh.rank_of(dp=coords["dp"], pp=pp + 1, tp=coords["tp"]) if pp < PP - 1 else None
     prev = mesh.rank_of(dp=coords["dp"], pp=pp - 1, tp=coords["tp"]) if pp > 0 else None
-    inputs, outputs, losses = [], [], []
-    for x, y in zip(xs, ys):  # all forwards ...
-        if prev is None:
-            inp = x
-        else:
-            inp = torch.empty_like(x)
-            dist.recv(inp, src=prev)  # (mb, h) from the previous stage, same dp and tp coordinates
-            inp.requires_grad_()
-        out = inp
+
+    def stage(out):
         for p in params:
             out = mlp_block(out, p, tp_group)
-        if nxt is None:
-            losses.append(F.mse_loss(out, y) / len(xs))
-        else:
-            dist.send(out.detach().contiguous(), dst=nxt)
-        inputs.append(inp)
-        outputs.append(out)
-    for i in reversed(range(len(xs))):  # ... then all backwards, last micro-batch first
-        if nxt is None:
-            losses[i].backward()
-        else:
-            grad = torch.empty_like(outputs[i])
-            dist.recv(grad, src=nxt)
-            outputs[i].backward(grad)
-        if prev is not None:
-            dist.send(inputs[i].grad.contiguous(), dst=prev)
-    return torch.stack(losses).sum().detach() if nxt is None else None
+        return out
+
+    return gpipe_step(stage, xs, ys, F.mse_loss, prev, nxt)
 
 
 def timed_step(params, x, y, tp_group, dp_group, dp: int, lr: float | None, skip: bool = False):

@@ -29,6 +29,7 @@ import psutil
 
 from helpers.train.diagnose import Diagnosis, diagnose
 from helpers.run.launch import QUIET_ENV, REPO_ROOT, _descendants, _kill_all, rank_env
+from helpers.run.shared import once
 
 DEMO = "helpers.demos.ch08_fail"
 KERNEL_LOCK_DEMO = "helpers.demos.ch08_kernel_lock"
@@ -136,8 +137,6 @@ def run_lab(name: str, timeout_s: float = 150.0) -> LabRun:
     """Run one lab to its (expected) failure and diagnose its log. Within ``make test`` a lab runs
     once and the notebook and the tests that show it read the same run
     (:func:`helpers.run.shared.once`); a reader's call always runs it."""
-    from helpers.run.shared import once
-
     done = once(f"lab:{name}", lambda: _run(name, timeout_s), timeout_s)
     return LabRun(**done, diagnosis=diagnose(done["log"]))
 

@@ -2,7 +2,7 @@
 
 Used by Chapter 7's memory demo (``helpers/demos/ch07_memory.py``, whose flags the recorder
 parses with :func:`parser`) and Chapter 8's framework comparison
-(:mod:`helpers.train.framework_run`). A :class:`helpers.config.layout.TrainLayout` names the
+(:mod:`helpers.train.framework_run`). A :class:`helpers.parallel.train_layout.TrainLayout` names the
 plugin and its settings (:func:`layout_plugin`); :class:`Trainer` trains on fresh token batches,
 each data-parallel rank on its rows, and can record the allocator's peak after each phase.
 Without a pipeline, ``layout.microbatches`` = m > 1 is gradient accumulation: m micro-batches of
@@ -17,7 +17,7 @@ import contextlib
 import torch
 import torch.distributed as dist
 
-from helpers.config.layout import CPU_SHAPE, TrainLayout, plugin_spec
+from helpers.parallel.train_layout import CPU_SHAPE, TrainLayout, plugin_spec
 from helpers.models.llama import shard_batch, token_batch
 from helpers.run import cli
 from helpers.run.env import sync
@@ -28,7 +28,7 @@ CPU_ONLY = "on the CPU only the TorchDDPPlugin fp32 layout runs"
 def parser(doc: str | None = None):
     """The command line (the recorder's tests parse its layouts with it)."""
     p = cli.parser(doc)
-    TrainLayout.add_arguments(p)
+    cli.add_layout(p, TrainLayout)
     cli.add(p, "warmup", 2)
     cli.add(p, "steps", 4, help="timed steps")
     return p
@@ -73,7 +73,7 @@ def device_memory(device) -> dict:
 
 
 def layout_plugin(layout: TrainLayout, **extra):
-    """The layout's Colossal-AI plugin (:func:`helpers.config.layout.plugin_spec`), with
+    """The layout's Colossal-AI plugin (:func:`helpers.parallel.train_layout.plugin_spec`), with
     ``extra`` constructor keywords on top."""
     import colossalai.booster.plugin as plugins
 

@@ -11,7 +11,7 @@ per lever by :mod:`helpers.record.flagship_levers` on one H200:
   (:mod:`helpers.train.linear_ce`), or to ``lm_head`` + fp32 ``F.cross_entropy`` as Hugging Face
   does. Each keeps Hugging Face's next-token targets and mean over the tokens.
 * ``--compile_scope layer|model`` and ``--compile_mode`` — per-decoder-layer ``torch.compile``
-  (:func:`helpers.train.speed.compile_layers`) or the whole decoder stack as one graph, in
+  (:func:`helpers.train.decoder.compile_layers`) or the whole decoder stack as one graph, in
   Inductor's default mode, ``max-autotune-no-cudagraphs`` or ``reduce-overhead`` (CUDA graphs).
 * ``--recompute_layers K`` — activation recomputation of the first K decoder layers only
   (a layer-selective recompute that lets a larger micro-batch fit).
@@ -31,6 +31,10 @@ import os
 from types import SimpleNamespace
 
 import torch
+from helpers.train.linear_ce import chunked_linear_ce, shifted_targets
+from helpers.train.decoder import compile_layers, decoder_owner
+from helpers.train.fp8 import fp8_linears
+from helpers.train.fused_proj import fuse_projections
 
 SDPA = ("default", "cudnn", "flash", "efficient", "math")
 # how each SDPA backend's CUDA kernels are named in a profile (torch 2.11, sm90)
@@ -121,8 +125,6 @@ def _loss_fn(kind: str, chunk_rows: int):
         liger = LigerFusedLinearCrossEntropyLoss()
         return lambda x, w, t: liger(w, x, t)
     if kind == "chunked":
-        from helpers.train.linear_ce import chunked_linear_ce
-
         return lambda x, w, t: chunked_linear_ce(x, w, t, chunk_rows)
     if kind == "plain":
         return lambda x, w, t: torch.nn.functional.cross_entropy((x @ w.t()).float(), t)
@@ -132,9 +134,6 @@ def _loss_fn(kind: str, chunk_rows: int):
 def use_loss(model, kind: str, chunk_rows: int = 4096) -> None:
     """Give the causal LM inside ``model`` a forward that returns only ``.loss``, computed by
     ``kind`` from the decoder's last hidden states (no logits are returned or kept)."""
-    from helpers.train.linear_ce import shifted_targets
-    from helpers.train.speed import decoder_owner
-
     owner = decoder_owner(model)
     loss_fn = _loss_fn(kind, chunk_rows)
 
@@ -149,8 +148,6 @@ def use_loss(model, kind: str, chunk_rows: int = 4096) -> None:
 def compile_model(model, mode: str = "default") -> None:
     """``torch.compile`` the whole decoder stack (embedding, every layer, final norm) as one
     graph."""
-    from helpers.train.speed import decoder_owner
-
     owner = decoder_owner(model)
     owner.model = torch.compile(owner.model, mode=None if mode == "default" else mode)
 
@@ -159,7 +156,7 @@ def recompute_layers(model, k: int) -> int:
     """Recompute the activations of the first ``k`` decoder layers in the backward (non-reentrant
     ``torch.utils.checkpoint`` around each one's forward); returns how many.
 
-    Call it after :func:`helpers.train.speed.compile_layers`, so that the checkpoint wraps the
+    Call it after :func:`helpers.train.decoder.compile_layers`, so that the checkpoint wraps the
     compiled layer. Put inside a per-layer compile, the checkpoint is the compiled frame itself,
     Dynamo does not trace it, and the layer runs eagerly, forward and recompute alike (Chapter 8,
     "One H200, one lever per row"). A whole-decoder compile traces the checkpoint either way.
@@ -167,8 +164,6 @@ def recompute_layers(model, k: int) -> int:
     from functools import partial
 
     from torch.utils.checkpoint import checkpoint
-
-    from helpers.train.speed import decoder_owner
 
     layers = decoder_owner(model).model.layers
     for layer in list(layers)[:k]:
@@ -181,8 +176,6 @@ def before_wrapping(model, args) -> None:
     """The levers that replace parameters (``--fuse_proj``): on the plain model, before a plugin
     or FSDP2 takes its parameters."""
     if getattr(args, "fuse_proj", False):
-        from helpers.train.fused_proj import fuse_projections
-
         if getattr(args, "tp", 1) > 1:  # shardformer's Llama policy splits q/k/v and gate/up
             raise SystemExit("--fuse_proj needs --tp 1: tensor parallelism shards the unfused ones")
 
@@ -193,21 +186,17 @@ def apply(model, args) -> None:
     """Every lever of ``args`` on a built (and, for Colossal-AI, boosted) model, in the order that
     works: FP8 linears inside the layers, then compile, then recompute around the compiled
     layers, then the loss head."""
-    from helpers.train import speed
-
     set_sdpa_backend(args.sdpa)
     if args.compile:
         separate_compile_cache(args.sdpa)
     if args.fp8 == "torch":
-        from helpers.train.fp8 import fp8_linears
-
-        fp8_linears(speed.decoder_owner(model).model.layers)
+        fp8_linears(decoder_owner(model).model.layers)
     if args.compile:
         if args.compile_scope == "model":
             compile_model(model, args.compile_mode)
         else:
             mode = None if args.compile_mode == "default" else args.compile_mode
-            speed.compile_layers(model, mode=mode)
+            compile_layers(model, mode=mode)
     if args.recompute_layers:  # around the compiled layers, not inside them
         recompute_layers(model, args.recompute_layers)
     if args.fused_ce != "hf" or (args.compile and args.compile_scope == "model"):

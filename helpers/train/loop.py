@@ -26,13 +26,12 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from helpers.chapters.ch05_launch import ProgressionDataset, layout_of
 from helpers.config.plugin import build_plugin
-from helpers.models.llama import build_llama
+from helpers.models.llama import ProgressionDataset, build_llama
 from helpers.run.env import emit, say
 from helpers.train import checkpoint as ckpt
 from helpers.train.faults import maybe_die
-from helpers.train.run_config import configure
+from helpers.train.run_config import configure, layout_of
 from helpers.train.signals import CommTimer, Meter
 from helpers.train.weights import params_digest
 
@@ -131,6 +130,7 @@ def train(args, env):
     t, m = cfg.train, cfg.model
     layout, root = layout_of(cfg, env.world_size), Path(t.checkpoint_dir)
     path = resume_path(args, root, layout)
+    # [start: booster-setup]
     plugin, booster, spec = build_plugin(cfg, env.device, args.bucket_cap_mb)
     sharded = spec.plugin != "TorchDDPPlugin"
     config = m.shape().config(attn="sdpa", max_seq=m.seq_len)
@@ -166,6 +166,7 @@ def train(args, env):
             say(resumed_line(r, path, layout))
     elif args.resume and env.rank == 0:
         say(f"--resume: no complete checkpoint under {root} yet, starting at step 0")
+    # [end: booster-setup]
     if env.rank == 0:
         say(start_line(spec, cfg, env, step))
 

@@ -14,7 +14,7 @@ Every byte is then put in one category:
 * **temporaries** — everything else allocated during the step (freed in the phase that made it).
 
 :func:`trace_intervals` turns a profiled step's kernels into merged (start, end, class) intervals
-for a timeline figure (:func:`helpers.notebook.plots_timeline.timeline`), with every kernel's
+for a timeline figure (:func:`helpers.figures.timeline.timeline`), with every kernel's
 milliseconds by name (which matmuls ran in FP8 shows there).
 """
 
@@ -23,6 +23,7 @@ from __future__ import annotations
 import bisect
 
 import torch
+from helpers.train.profiling import kernel_class
 
 CATEGORIES = ("weights", "optimizer", "other", "activations", "gradients", "temporaries")
 
@@ -137,8 +138,6 @@ def trace_intervals(events: list[tuple[str, float, float]], gap_us: float = 2.0)
     """One step's kernels (name, start_us, end_us) as merged [start_ms, end_ms, class] intervals
     (kernels of one class closer than ``gap_us`` merge) and the share of the step the GPU was
     busy."""
-    from helpers.train.profiling import kernel_class
-
     events = sorted(events, key=lambda e: e[1])
     if not events:
         return {"intervals": [], "busy": 0.0, "span_ms": 0.0}

@@ -39,6 +39,7 @@ def is_comm(name: str) -> bool:
     return any(w in low for w in _COMM_WORDS)
 
 
+# [start: split]
 def merged_length(intervals: list[tuple[float, float]]) -> float:
     """Total length covered by ``intervals`` (each (start, end)), overlaps counted once."""
     total, end = 0.0, float("-inf")
@@ -63,6 +64,9 @@ def split(events: list[tuple[str, float, float]]) -> dict:
         "exposed_comm_us": exposed,
         "comm_share": share,
     }
+
+
+# [end: split]
 
 
 def device_events(prof, device: str, annotations: bool = True) -> list[tuple[str, float, float]]:
@@ -126,6 +130,17 @@ KERNEL_CLASSES = (
     ("cross-entropy", ("log_softmax", "nll_loss", "cross_entropy", "softmax")),
     ("optimizer", ("adam", "multi_tensor", "foreach")),
     ("copy/cast", ("copy", "memcpy", "memset", "cast", "fill")),
+)
+# the kernel classes as a table's columns, in the order the book shows them
+KERNEL_COLUMNS = (
+    "matmul",
+    "attention",
+    "triton (compiled)",
+    "copy/cast",
+    "cross-entropy",
+    "elementwise/other",
+    "optimizer",
+    "communication",
 )
 
 

@@ -9,11 +9,14 @@ tensor, so a wrong split fails loudly instead of printing a plausible number.
 The references themselves: :func:`train_reference` (AdamW on whole batches, Chapter 1, "the same
 with Colossal-AI"), :func:`train_reference_mixed` (the same with Colossal-AI's mixed precision:
 Chapters 1, 6, 8 and 9) and :func:`reference_adam_step` (unsharded Adam, Chapter 7's ZeRO-1).
+:func:`loss_verdict` reads a run's losses (the ranks' mean, :func:`mean_losses`) against its
+single-GPU reference: whether the run counts (Chapters 2, 6 and 8, the flagship).
 """
 
 from __future__ import annotations
 
 import copy
+import math
 
 import torch
 
@@ -139,3 +142,45 @@ def reference_adam_step(params, m, v, steps, lr, betas, eps) -> None:
         eps=eps,
         maximize=False,
     )
+
+
+def mean_losses(results: list[dict]) -> list[float]:
+    """The global loss per step: the mean over the ranks that report one (dp ranks, or the last
+    stage)."""
+    per_rank = [r["losses"] for r in results if r.get("losses")]
+    steps = max((len(x) for x in per_rank), default=0)
+    out = []
+    for k in range(steps):
+        vals = [x[k] for x in per_rank if k < len(x) and x[k] is not None]
+        out.append(sum(vals) / len(vals) if vals else float("nan"))
+    return out
+
+
+def loss_verdict(results: list[dict], tolerance: float = 0.05) -> dict:
+    """Whether a run's losses count: {'valid': bool, 'reason': str, 'max_ref_gap': float | None}.
+
+    A run is invalid when its mean loss (over the ranks that report one) is not finite at some
+    step, or departs from the single-GPU reference (same global batches, trained first on every
+    rank) by more than ``tolerance`` at a step the reference covers. A fast run with a wrong loss
+    measures nothing (Chapter 6's Gemini run: NaN from the third step on). Used by Chapters 6 and
+    8's tables and the flagship benchmark (:mod:`helpers.record.flagship`).
+    """
+    mean = mean_losses(results)
+    ref = next((r["reference"] for r in results if r.get("reference")), [])
+    diffs = [abs(a - b) for a, b in zip(mean, ref)]
+    finite = [d for d in diffs if math.isfinite(d)]
+    gap = {"max_ref_gap": round(max(finite), 4) if finite else None}
+    bad = next((k for k, x in enumerate(mean) if not math.isfinite(x)), None)
+    if bad is not None:
+        return {"valid": False, "reason": f"loss not finite from step {bad + 1} on", **gap}
+    if diffs and max(diffs) > tolerance:
+        return {
+            "valid": False,
+            "reason": f"loss departs from the reference by {max(diffs):.3f}",
+            **gap,
+        }
+    return {
+        "valid": True,
+        "reason": f"within {tolerance} of the reference" if ref else "finite (no reference)",
+        **gap,
+    }

@@ -3,7 +3,8 @@
 The entry point's command line (``helpers/demos/ch05_train.py``; the recorders parse their run
 lists with :func:`parser`) and the config it trains: Chapter 4's YAML file
 (:func:`helpers.config.loading.load_config`) for this world size, with the command line's
-overrides of ``train.*`` applied (:func:`configure`).
+overrides of ``train.*`` applied (:func:`configure`); :func:`layout_of` is what a checkpoint
+records of the layout, which a resume must match.
 """
 
 from __future__ import annotations
@@ -92,3 +93,18 @@ def configure(args, world_size: int):
     if train.get("keep_last") == 0:
         train["keep_last"] = None
     return cfg.with_changes({"train": train}) if train else cfg
+
+
+def layout_of(cfg, world_size: int) -> dict:
+    """What a checkpoint records and a resume must match for the run to continue bit for bit."""
+    p, t = cfg.parallelism, cfg.train
+    return {
+        "world_size": world_size,
+        "data": cfg.data_degree,
+        "tensor": p.tensor,
+        "pipeline": p.pipeline,
+        "sequence": p.sequence,
+        "batch_size": t.batch_size,
+        "micro_batch": cfg.micro_batch,
+        "seed": t.seed,
+    }

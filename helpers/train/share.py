@@ -41,6 +41,7 @@ from torch import nn
 
 from helpers.run.env import sync
 from helpers.parallel.tp import f, g, shard
+from helpers.train.signals import KernelTimer
 
 LAYOUTS = ("tp", "dp", "ddp")
 
@@ -202,7 +203,6 @@ def nccl_kernel_times(trainer, batches, dev) -> dict:
     CPU."""
     if dev.type != "cuda" or not batches:
         return {}
-    from helpers.train.signals import KernelTimer
 
     timer = KernelTimer()
     try:

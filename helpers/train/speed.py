@@ -4,7 +4,8 @@ Used by :mod:`helpers.demos.ch08_train` (flags ``--compile``, ``--optim``, ``--p
 :mod:`helpers.train.framework_run`). Each knob is one change a reader can make to their own step,
 measured one at a time on 2×H200:
 
-* :func:`compile_layers` — ``torch.compile`` per decoder layer (the granularity torchtitan uses):
+* :func:`helpers.train.decoder.compile_layers` — ``torch.compile`` per decoder layer (the
+granularity torchtitan uses):
   Inductor fuses the elementwise chain a Llama layer runs in eager mode (RMSNorm's fp32 upcast,
   RoPE, SiLU·mul, the residual adds) into a few Triton kernels. The causal mask is built outside
   the layers, so SDPA keeps its flash kernel (``is_causal=True``, no explicit mask).
@@ -29,6 +30,8 @@ from __future__ import annotations
 
 import torch
 
+from helpers.train import levers
+
 OPTIMIZERS = ("hybrid_adam", "adamw", "adamw_fused")
 
 
@@ -43,8 +46,6 @@ def add_arguments(p) -> None:
     p.add_argument(
         "--optim", choices=OPTIMIZERS, default=None, help="default: hybrid_adam on GPUs, else adamw"
     )
-    from helpers.train import levers
-
     levers.add_arguments(p)
     p.add_argument(
         "--plugin_kw",
@@ -62,38 +63,11 @@ def tune_boosted(model, optimizer, args, plugin_kw: dict) -> None:
     Compiling comes after boosting (shardformer's policies match the uncompiled module names); with
     ``overlap_allgather`` the all-gather waits then move to layer pre-hooks (Dynamo cannot trace
     Colossal-AI's tensor hook)."""
-    from helpers.train import levers
-
     levers.apply(model, args)  # compile (per layer or whole), SDPA backend, loss head, FP8
     if args.compile and plugin_kw.get("overlap_allgather"):
         wait_gathers_per_layer(model)
     if args.norm_on_device:
         grad_norm_on_device(optimizer)
-
-
-def decoder_owner(model):
-    """The module holding ``.model.layers`` (a Hugging Face CausalLM) inside a plugin's wrappers."""
-    seen = model
-    for _ in range(4):
-        if hasattr(seen, "model") and hasattr(seen.model, "layers"):
-            return seen
-        seen = getattr(seen, "module", None)
-        if seen is None:
-            break
-    raise TypeError(f"no decoder layers (.model.layers) found inside {type(model).__name__}")
-
-
-def compile_layers(model, backend: str = "inductor", mode: str | None = None) -> int:
-    """Replace each decoder layer by ``torch.compile(layer)`` in place; returns how many.
-
-    The parameters stay the same objects (an ``OptimizedModule`` holds the original layer), so
-    optimizers, ZeRO's gradient hooks and FSDP2's sharding built before or after see the same
-    tensors; only the module tree gains an ``_orig_mod`` level (state-dict keys change).
-    """
-    layers = decoder_owner(model).model.layers
-    for i, layer in enumerate(layers):
-        layers[i] = torch.compile(layer, backend=backend, mode=mode)
-    return len(layers)
 
 
 def make_optimizer(name: str, params, lr: float, weight_decay: float = 0.01):
@@ -234,8 +208,6 @@ def grad_norm_on_device(optimizer) -> None:
 
 def tune_plain(model, args) -> None:
     """The levers on a plain PyTorch model before FSDP2 wraps it (:mod:`helpers.train.levers`)."""
-    from helpers.train import levers
-
     if args.compile and args.compile_scope == "model":
         raise SystemExit("--compile_scope model is measured under Colossal-AI only")
     levers.apply(model, args)
@@ -243,6 +215,4 @@ def tune_plain(model, args) -> None:
 
 def describe_levers(args) -> dict:
     """The levers of a run for its RESULT line (defaults when a caller's parser lacks them)."""
-    from helpers.train import levers
-
     return levers.describe(args) if hasattr(args, "sdpa") else {}

@@ -22,7 +22,7 @@ is_comm`), applied to
 Where both run at once the time counts as *overlapped*; communication with no compute beside it
 is *exposed*; time in the window with neither is *idle* (waiting for a peer, the host, or the
 operating system's scheduler). :meth:`StepTrace.intervals` gives the disjoint
-``(start_s, end_s, kind)`` rows that :func:`helpers.notebook.plots_timeline.timeline` draws.
+``(start_s, end_s, kind)`` rows that :func:`helpers.figures.timeline.timeline` draws.
 """
 
 from __future__ import annotations

@@ -60,3 +60,15 @@ def max_param_diff(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> fl
     return max(
         float((a[k].double() - b[k].double()).abs().max()) if a[k].numel() else 0.0 for k in a
     )
+
+
+def compare_final_weights(a: str | Path, b: str | Path) -> dict:
+    """Two checkpoints' weights: tensors compared, max |difference|, and whether the digests
+    match."""
+    sa, sb = full_weights(a), full_weights(b)
+    return {
+        "tensors": len(sa),
+        "parameters": sum(t.numel() for t in sa.values()),
+        "max_abs_diff": max_param_diff(sa, sb),
+        "same_digest": params_digest(sa) == params_digest(sb),
+    }
