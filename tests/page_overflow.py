@@ -122,7 +122,9 @@ def _cell(code: str, output: str) -> str:
 
 def _table(marker: str, columns: int) -> str:
     head = "".join(f"<th>{marker if i == 0 else f'col {i}'}</th>" for i in range(columns))
-    body = "".join(f"<td>{123456.7 + i}</td>" for i in range(columns))
+    # cells that cannot wrap (a fixed-width box, like an image): the table cannot be squeezed
+    cell = '<span style="display:inline-block;width:6em">{}</span>'
+    body = "".join(f"<td>{cell.format(123456.7 + i)}</td>" for i in range(columns))
     table = f'<table class="table"><thead><tr>{head}</tr></thead><tbody><tr>{body}</tr></tbody>'
     return f'<div class="output text_html">{table}</table></div>'
 

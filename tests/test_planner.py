@@ -164,6 +164,6 @@ def test_calculator_widget():
     from helpers.notebook.widgets import planner_calculator, planner_summary
 
     text = planner_summary()
-    assert "1284 layouts" in text and "D=32 × T=1 × P=1" in text.splitlines()[3]
+    assert "1284 layouts" in text and "D=32 × T=1 × P=1" in text.splitlines()[4]
     w = planner_calculator()
     assert len(w.children) >= 6

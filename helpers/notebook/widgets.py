@@ -46,7 +46,7 @@ def planner_summary(
     fits, count = plan(m, gpus, global_batch, hw)
     head = (
         f"{m.name} ({m.params / 1e9:.2f} B params, seq {m.seq_len}) on {gpus} GPUs "
-        f"({gpus_per_node} per node, {memory_gib:g} GiB each), global batch {global_batch}: "
+        f"({gpus_per_node} per node, {memory_gib:g} GiB each), global batch {global_batch}:\n"
         f"{count} layouts, {len(fits)} fit"
     )
     if not fits:
