@@ -20,7 +20,7 @@ def test_scale_simulation():
     assert [r["layout"] for r in best[:2]] == ["nothing fits"] * 2 and "step s" in best[2]
     runs = [r for r in fixed if "MFU %" in r]
     assert runs[0]["GPUs"] == 128 and runs[-1]["GPUs"] == 16384
-    assert all("interleaved v=2" in r["layout"] and r["recompute"] == "none" for r in runs)
+    assert all("interleaved c=2" in r["layout"] and r["recompute"] == "none" for r in runs)
     steps = [r["step s"] for r in runs]
     assert steps == sorted(steps, reverse=True)  # still shorter, but less and less
     bubbles = [r["bubble %"] for r in runs]

@@ -38,9 +38,8 @@ def ordinal(n: int) -> str:
 
 
 def layout_text(layout) -> str:
-    """A layout as the book writes it: the interleaved schedule's model chunks are ``c``
-    (book/notation.md), where :class:`helpers.parallel.layouts.Layout` prints ``v``."""
-    return str(layout).replace("interleaved v=", "interleaved c=")
+    """A layout as the book writes it (:class:`helpers.parallel.layouts.Layout`'s text)."""
+    return str(layout)
 
 
 def _where(n: int, per_node: int) -> str:

@@ -59,11 +59,6 @@ class Flow:
     planner_fits: list[Plan]
 
 
-def _book_notation(text: str) -> str:
-    """The book writes the interleaved schedule's model chunks ``c`` (book/notation.md)."""
-    return text.replace("P×v", "P×c").replace("interleaved v=", "interleaved c=")
-
-
 def _enumerate_all(model: ModelShape, G: int, B: int, hw: Hardware) -> list:
     """Every (layout, recompute) of the planner's enumeration, none dropped: the same loops, with
     the two filters it calls switched off for the count."""
@@ -131,8 +126,8 @@ def flow(model: ModelShape, G: int, global_batch: int, hw: Hardware = Hardware()
     where = f"{model.name}, G = {G} GPUs ({hw.gpus_per_node} per node), B = {global_batch}"
     stages = [Stage(where, "start"), Stage(_enumeration_label(len(candidates)), "step")]
     for name in _rule_labels(model, global_batch):
-        stages.append(Stage(_book_notation(name), "rule", dropped.get(name, 0)))
-    best = f"{_book_notation(str(fits[0].layout))}, {fits[0].layout.sharding}" if fits else "none"
+        stages.append(Stage(name, "rule", dropped.get(name, 0)))
+    best = f"{fits[0].layout}, {fits[0].layout.sharding}" if fits else "none"
     link = "each group's link from its placement: NVLink inside a node, else network cards"
     stages += [
         Stage(f"peak memory ≤ {hw.memory_gib:g} GiB (Chapter 7's model)", "rule", too_big),

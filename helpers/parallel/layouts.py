@@ -146,7 +146,7 @@ class Layout:
         elif self.sp_mode:
             text += f" ({self.sp_mode}, S=T={self.tp})"
         if self.chunks > 1:
-            text += f", interleaved v={self.chunks}"
+            text += f", interleaved c={self.chunks}"
         return text
 
 
@@ -171,7 +171,7 @@ def violations(
 def _interleaving(layout: Layout, case) -> list[str]:
     """Colossal-AI's interleaved 1F1B (``pp_style="interleaved"``) needs a pipeline, a number of
     micro-batches that P divides (``pipeline/schedule/interleaved_pp.py``, ``load_batch``), and,
-    in this book, layers that split evenly into P × v chunks."""
+    in this book, layers that split evenly into P × c chunks."""
     v, p = layout.chunks, layout.pp
     if v == 1:
         return []
@@ -180,7 +180,7 @@ def _interleaving(layout: Layout, case) -> list[str]:
     if p < 2 or (layers is not None and layers % (p * v)) or (m is not None and m % p):
         return [
             f"{v} chunks per stage with P={p}: interleaving needs P > 1, layers divisible by "
-            f"P×v and m a multiple of P"
+            f"P×c and m a multiple of P"
         ]
     return []
 

@@ -100,12 +100,13 @@ def run_list(rounds: int = ROUNDS, quick: bool = False, micro: dict | None = Non
 
 
 def _kept(earlier: dict | None, command: str) -> list[dict]:
-    """The runs of an earlier call of the same command at the same commit that finished."""
+    """The runs of an earlier call of the same command at the same commit that finished well
+    (a run the budget cut short, or one that failed, runs again)."""
     if not earlier or earlier["provenance"].get("command") != command:
         return []
     if earlier["provenance"].get("git_commit") != provenance(command)["git_commit"]:
         return []
-    return [r for r in earlier["runs"] if "seconds" in r]
+    return [r for r in earlier["runs"] if "seconds" in r and r.get("ok")]
 
 
 def _oom(run: dict) -> bool:
@@ -146,7 +147,8 @@ def record(quick, budget_s, save_results, show="none", copy_to=None, rounds=ROUN
             extra = {"rounds": rounds, "compare": compare(summary), "part": "h2h"}
             kept = [{**r, "summary": s} for r, s in zip(runs, summary)]
             print(f"[ch06] wrote {save(name, kept, command, copy_to, extra)}", flush=True)
-    left = [n for n, *_ in run_list(rounds, quick, micro) if all(r["name"] != n for r in runs)]
+    done = {r["name"] for r in runs if "seconds" in r and r.get("ok")}
+    left = [n for n, *_ in run_list(rounds, quick, micro) if n not in done]
     done = "all rounds recorded" if not left else f"{len(left)} runs left: run the command again"
     print(f"[ch06] {done} ({time.monotonic() - start:.0f} s)", flush=True)
     return runs

@@ -17,15 +17,14 @@ import json
 import tempfile
 from pathlib import Path
 
-import torch
 import torch.distributed as dist
 
 from helpers.config.deepspeed_json import to_deepspeed
-from helpers.models.llama import build_llama, shard_batch, token_batch
-from helpers.train import levers, speed
+from helpers.models.llama import shard_batch, token_batch
+from helpers.train import speed
 from helpers.train.deepspeed_run import import_deepspeed
 from helpers.train.framework_bench import book_config
-from helpers.train.framework_run import make_optimizer, optimizer_name, reference_losses
+from helpers.train.framework_run import make_optimizer, model_and_reference, optimizer_name
 
 
 class DeepSpeedTrainer:
@@ -54,14 +53,7 @@ def build(layout, args, env):
     """(trainer, model config, reference losses, the RESULT's DeepSpeed fields)."""
     deepspeed = import_deepspeed(cpu=not env.is_gpu)
     deepspeed.init_distributed(dist_backend=env.backend)  # reuses the open process group
-    config = layout.shape.config(attn=layout.attn, max_seq=layout.seq)
-    with torch.device(env.device):
-        model = build_llama(config)
-    reference = reference_losses(model, layout, args, env.device) if args.ref_steps else []
-    if env.is_gpu:  # the reference's memory is not the run's
-        torch.cuda.empty_cache()
-        torch.cuda.reset_peak_memory_stats(env.device)
-    levers.before_wrapping(model, args)
+    model, config, reference = model_and_reference(layout, args, env)
     speed.tune_plain(model, args)
     ds, notes = to_deepspeed(book_config(layout, args, layout.zero_stage))
     with tempfile.TemporaryDirectory() as folder:

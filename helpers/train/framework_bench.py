@@ -13,7 +13,6 @@ trainer's ``step(k)`` trains on global batch ``k`` and returns the mean loss.
 
 from __future__ import annotations
 
-import time
 
 import torch
 
@@ -21,11 +20,10 @@ from helpers.config.schema import TrainConfig
 from helpers.models.llama import llama_params
 from helpers.parallel.train_layout import TrainLayout
 from helpers.run import cli
-from helpers.run.env import distributed, emit, say, sync
-from helpers.train.framework_run import describe, divergence, parser
+from helpers.run.env import distributed, emit, say
+from helpers.train.framework_run import describe, divergence, parser, time_steps
 from helpers.train.layout_step import on_cpu
 from helpers.train.presets import mfu
-from helpers.train.profiling import breakdown
 
 
 def layout_of(args) -> TrainLayout:
@@ -67,24 +65,7 @@ def book_config(layout: TrainLayout, args, zero_stage: int) -> TrainConfig:
 
 def timed(trainer, layout, args, env, config, reference) -> dict:
     """Warm-up, timed and profiled steps: losses, reference, speed, MFU, the profile."""
-    losses, start = [], None
-    for k in range(args.warmup + args.steps):
-        if k == args.warmup:
-            sync(env.device)
-            start = time.perf_counter()
-        losses.append(trainer.step(k))
-    sync(env.device)
-    seconds = (time.perf_counter() - start) / args.steps
-    profile = None
-    if args.profile:
-        from torch.profiler import ProfilerActivity, profile as torch_profile
-
-        acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if env.is_gpu else [])
-        with torch_profile(activities=acts) as prof:
-            for k in range(args.profile):
-                trainer.step(args.warmup + args.steps + k)
-            sync(env.device)
-        profile = breakdown(prof, "cuda" if env.is_gpu else "cpu", args.profile)
+    losses, seconds, profile, _ = time_steps(trainer, args, env)
     tokens_per_s = layout.global_batch * layout.seq / seconds
     return dict(
         losses=[round(x, 4) for x in losses],

@@ -101,16 +101,24 @@ def reference_losses(model, layout, args, device) -> list[float]:
     )
 
 
-def build(layout, args, env):
-    """(trainer, plugin or None, model config, reference losses)."""
+def model_and_reference(layout, args, env):
+    """(model, its config, the single-process reference's losses): the Llama built on the
+    rank's device, trained by the reference first when ``args.ref_steps``, then the levers that
+    replace parameters applied; the reference's memory is not counted in the run's peak."""
     config = layout.shape.config(attn=layout.attn, max_seq=layout.seq)
     with torch.device(env.device):
         model = build_llama(config)
     reference = reference_losses(model, layout, args, env.device) if args.ref_steps else []
-    if env.is_gpu:  # the reference's memory is not the layout's
+    if env.is_gpu:
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats(env.device)
-    levers.before_wrapping(model, args)  # levers that replace parameters: after the reference
+    levers.before_wrapping(model, args)
+    return model, config, reference
+
+
+def build(layout, args, env):
+    """(trainer, plugin or None, model config, reference losses)."""
+    model, config, reference = model_and_reference(layout, args, env)
     if layout.recompute:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     if args.framework == "fsdp2":
@@ -141,9 +149,9 @@ def build(layout, args, env):
     return Trainer(layout, booster, model, opt, env.device, plugin), plugin, config, reference
 
 
-def run(layout, args, env) -> dict:
-    """Warm-up, timed and profiled steps: losses, reference, speed, MFU, the profile."""
-    trainer, plugin, config, reference = build(layout, args, env)
+def time_steps(trainer, args, env) -> tuple[list, float, dict | None, object]:
+    """``args.warmup`` steps, ``args.steps`` timed ones and ``args.profile`` profiled ones:
+    (every step's loss, seconds per timed step, the profile's breakdown or None, the profiler)."""
     losses, start = [], None
     for k in range(args.warmup + args.steps):
         if k == args.warmup:
@@ -152,21 +160,27 @@ def run(layout, args, env) -> dict:
         losses.append(trainer.step(k))
     sync(env.device)
     seconds = (time.perf_counter() - start) / args.steps
-    profile = None
-    if args.profile:
-        from torch.profiler import ProfilerActivity, profile as torch_profile
+    if not args.profile:
+        return losses, seconds, None, None
+    from torch.profiler import ProfilerActivity, profile as torch_profile
 
-        acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if env.is_gpu else [])
-        with torch_profile(activities=acts) as prof:
-            for k in range(args.profile):
-                trainer.step(args.warmup + args.steps + k)
-            sync(env.device)
-        profile = breakdown(prof, "cuda" if env.is_gpu else "cpu", args.profile)
-        if getattr(args, "trace", False) and env.is_gpu:  # the step's kernels, for a timeline
-            try:  # a figure's data: its failure must not fail the measured run
-                profile["trace"] = trace_intervals(device_events(prof, "cuda"))
-            except Exception as e:  # noqa: BLE001
-                profile["trace"] = {"error": f"{type(e).__name__}: {e}"[:300]}
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if env.is_gpu else [])
+    with torch_profile(activities=acts) as prof:
+        for k in range(args.profile):
+            trainer.step(args.warmup + args.steps + k)
+        sync(env.device)
+    return losses, seconds, breakdown(prof, "cuda" if env.is_gpu else "cpu", args.profile), prof
+
+
+def run(layout, args, env) -> dict:
+    """Warm-up, timed and profiled steps: losses, reference, speed, MFU, the profile."""
+    trainer, plugin, config, reference = build(layout, args, env)
+    losses, seconds, profile, prof = time_steps(trainer, args, env)
+    if profile is not None and getattr(args, "trace", False) and env.is_gpu:
+        try:  # the step's kernels, for a timeline: a figure's data must not fail the run
+            profile["trace"] = trace_intervals(device_events(prof, "cuda"))
+        except Exception as e:  # noqa: BLE001
+            profile["trace"] = {"error": f"{type(e).__name__}: {e}"[:300]}
     memory = None
     if getattr(args, "memory_snapshot", False) and env.is_gpu and plugin is not None:
         timed_peak = torch.cuda.max_memory_allocated(env.device) / 2**30  # marks reset it
