@@ -36,7 +36,7 @@ from helpers.cost.comm import (
     tp_layer_ops,
 )
 from helpers.parallel.mesh import RankMesh
-from helpers.cluster.multinode import shaped_run
+from helpers.cluster.multinode import shaped_measure
 
 ORDERS = ("tp_inside", "tp_across")
 RATE = "200mbit"  # the link between hosts: 25 MB/s, a host's loopback carried 0.5-1.8 GB/s here
@@ -193,13 +193,6 @@ def summarise(results: list[dict], rate: str) -> dict:
 
 
 def measure(rate: str = RATE, args: list[str] = (), timeout_s: float = 150.0) -> dict:
-    """Two shaped hosts, the demo once across them (:func:`helpers.cluster.multinode.shaped_run`),
-    and :func:`summarise`'s dict; with the hosts' banner, the ``tc`` line of host 0 and the seconds
-    the job took. Needs namespaces."""
-    run = shaped_run("ch05_mesh_order", rate, args, timeout_s)
-    return {
-        **summarise(run["results"], rate),
-        "banner": run["banner"],
-        "tc": run["tc"],
-        "seconds": run["seconds"],
-    }
+    """Two shaped hosts, the demo once across them and :func:`summarise`'s dict
+    (:func:`helpers.cluster.multinode.shaped_measure`). Needs namespaces."""
+    return shaped_measure("ch05_mesh_order", summarise, rate, args, timeout_s)

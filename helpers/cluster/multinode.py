@@ -235,6 +235,18 @@ def shaped_run(
     return {"results": job.results, "banner": banner, "tc": tc, "seconds": job.seconds}
 
 
+def shaped_measure(demo: str, summarise, rate: str, args=(), timeout_s: float = 150.0) -> dict:
+    """:func:`shaped_run` of ``demo`` and ``summarise(results, rate)``'s dict, with the hosts'
+    banner, the ``tc`` line of host 0 and the seconds the job took. Needs namespaces."""
+    run = shaped_run(demo, rate, args, timeout_s)
+    return {
+        **summarise(run["results"], rate),
+        "hosts_banner": run["banner"],
+        "tc": run["tc"],
+        "seconds": run["seconds"],
+    }
+
+
 def _kill_group(p: subprocess.Popen) -> None:
     try:
         os.killpg(p.pid, 9)

@@ -28,7 +28,7 @@ import statistics
 
 from helpers.cost.comm import Link, collective_time, fit_link
 from helpers.cost.placement import spanning_link
-from helpers.cluster.multinode import shaped_run
+from helpers.cluster.multinode import shaped_measure
 
 RATE = "200mbit"  # one host's card: 25 MB/s; a host's loopback carried about 2 GB/s here
 TOLERANCE = 0.25  # the book's tolerance for a collective's predicted time
@@ -118,13 +118,6 @@ def tc_rate(rate: str) -> float:
 
 
 def measure(rate: str = RATE, args: list[str] = (), timeout_s: float = 150.0) -> dict:
-    """Two shaped hosts, the demo once across them (:func:`helpers.cluster.multinode.shaped_run`),
-    and :func:`summarise`'s dict; with the hosts' banner, the ``tc`` line of host 0 and the seconds
-    the job took. Needs namespaces."""
-    run = shaped_run("ch05_node_egress", rate, args, timeout_s)
-    return {
-        **summarise(run["results"], rate),
-        "hosts_banner": run["banner"],
-        "tc": run["tc"],
-        "seconds": run["seconds"],
-    }
+    """Two shaped hosts, the demo once across them and :func:`summarise`'s dict
+    (:func:`helpers.cluster.multinode.shaped_measure`). Needs namespaces."""
+    return shaped_measure("ch05_node_egress", summarise, rate, args, timeout_s)
