@@ -2,6 +2,7 @@
 #
 #   make book                build the rendered book from the notebooks' stored outputs
 #   make book EXECUTE=1      re-execute every notebook on this machine, then build
+#   make serve               serve the built book on http://localhost:8000 (PORT=8000)
 #   make test                CPU test suite: lint, pytest + nbval (notebooks re-run and compared), book build
 #   make lint                ruff format --check and ruff check (line length 100, pyproject.toml)
 #   make test-gpu            GPU-marked tests, and the notebooks re-run without output comparison
@@ -52,7 +53,12 @@ endif
 HTML_MANAGER_VERSION := 1.0.15
 REQUIREJS_VERSION := 2.3.7
 OFFLINE := _offline/widgets
-OFFLINE_STAMP := $(OFFLINE)/.html-manager-$(HTML_MANAGER_VERSION)-requirejs-$(REQUIREJS_VERSION)
+# Pyodide (CPython in WebAssembly, npm package "pyodide") for the calculator page, which runs
+# helpers.cost in the reader's browser: only its core files are kept, in _offline/pyodide/.
+PYODIDE_VERSION := 314.0.8
+PYODIDE_SHA256 := 9a52704e0ae5b07aaacb8e4fed9f1658e8024694a078695ea45ac79dee4cefcb
+PYODIDE := _offline/pyodide
+OFFLINE_STAMP := $(OFFLINE)/.html-manager-$(HTML_MANAGER_VERSION)-requirejs-$(REQUIREJS_VERSION)-pyodide-$(PYODIDE_VERSION)
 
 # Environment for everything run from the venv: its kernel spec before any user-level one,
 # no inherited Agg backend (it silently drops every plot), the venv's tools first on PATH.
@@ -76,10 +82,10 @@ step() { local t0=$$(date +%s.%N); echo "==> $$1"; shift; "$$@"; \
   echo "    done in $$(awk -v a="$$t0" -v b="$$(date +%s.%N)" 'BEGIN{printf "%.1f", b-a}') s"; }
 endef
 
-.PHONY: help venv book lint test test-gpu test-portable kernels system-packages system-packages-auto clean
+.PHONY: help venv book serve lint test test-gpu test-portable kernels system-packages system-packages-auto clean
 
 help:
-	@sed -n '2,20p' Makefile | sed 's/^# \{0,1\}//'
+	@sed -n '2,24p' Makefile | sed 's/^# \{0,1\}//'
 
 # ---------------------------------------------------------------------------------------------
 # venv: Python packages, Colossal-AI (--no-deps), the helpers package, a kernel, offline JS
@@ -118,25 +124,35 @@ $(STAMP): requirements.txt requirements-colossalai.txt requirements-deepspeed.tx
 $(OFFLINE_STAMP):
 	@$(TIMER)
 	if ! command -v npm >/dev/null 2>&1; then
-	  echo "ERROR: npm is needed once to fetch the offline ipywidgets/RequireJS JavaScript" >&2
-	  echo "       (npm pack @jupyter-widgets/html-manager@$(HTML_MANAGER_VERSION) requirejs@$(REQUIREJS_VERSION))." >&2
+	  echo "ERROR: npm is needed once to fetch the offline ipywidgets/RequireJS JavaScript and Pyodide" >&2
+	  echo "       (npm pack @jupyter-widgets/html-manager@$(HTML_MANAGER_VERSION) requirejs@$(REQUIREJS_VERSION) pyodide@$(PYODIDE_VERSION))." >&2
 	  echo "       Install Node.js/npm (Debian: apt-get install npm) and run make again." >&2
 	  exit 1
 	fi
 	fetch() {
 	  local tmp; tmp=$$(mktemp -d)
-	  (cd "$$tmp" && npm pack --silent @jupyter-widgets/html-manager@$(HTML_MANAGER_VERSION) \
-	     requirejs@$(REQUIREJS_VERSION) >/dev/null)
-	  rm -rf $(OFFLINE) && mkdir -p $(OFFLINE)
+	  if ! (cd "$$tmp" && npm pack --silent @jupyter-widgets/html-manager@$(HTML_MANAGER_VERSION) \
+	     requirejs@$(REQUIREJS_VERSION) pyodide@$(PYODIDE_VERSION) >/dev/null); then
+	    echo "ERROR: npm pack could not fetch the packages from the npm registry" >&2
+	    echo "       ($$(npm config get registry)): offline? Run make again once it is reachable." >&2
+	    exit 1
+	  fi
+	  (cd "$$tmp" && echo "$(PYODIDE_SHA256)  pyodide-$(PYODIDE_VERSION).tgz" | sha256sum -c --quiet) || {
+	    echo "ERROR: pyodide-$(PYODIDE_VERSION).tgz does not match PYODIDE_SHA256 in the Makefile" >&2; exit 1; }
+	  rm -rf $(OFFLINE) $(PYODIDE) && mkdir -p $(OFFLINE) $(PYODIDE)
 	  tar xzf "$$tmp"/jupyter-widgets-html-manager-$(HTML_MANAGER_VERSION).tgz -C $(OFFLINE) \
 	    --strip-components=2 --wildcards 'package/dist/embed-amd.js' 'package/dist/*.woff2'
 	  tar xzf "$$tmp"/requirejs-$(REQUIREJS_VERSION).tgz -C $(OFFLINE) --strip-components=1 \
 	    package/require.js
+	  tar xzf "$$tmp"/pyodide-$(PYODIDE_VERSION).tgz -C $(PYODIDE) --strip-components=1 \
+	    package/pyodide.mjs package/pyodide.asm.mjs package/pyodide.asm.wasm \
+	    package/python_stdlib.zip package/pyodide-lock.json
 	  rm -rf "$$tmp"
 	}
-	step "fetch offline JS (html-manager $(HTML_MANAGER_VERSION), requirejs $(REQUIREJS_VERSION)) into $(OFFLINE)" fetch
-	test -s $(OFFLINE)/embed-amd.js && test -s $(OFFLINE)/require.js
+	step "fetch offline JS (html-manager $(HTML_MANAGER_VERSION), requirejs $(REQUIREJS_VERSION), pyodide $(PYODIDE_VERSION)) into _offline" fetch
+	test -s $(OFFLINE)/embed-amd.js && test -s $(OFFLINE)/require.js && test -s $(PYODIDE)/pyodide.asm.wasm
 	echo "    $$(du -sh $(OFFLINE) | cut -f1) in $(OFFLINE): $$(cd $(OFFLINE) && ls | tr '\n' ' ')"
+	echo "    $$(du -sh $(PYODIDE) | cut -f1) in $(PYODIDE): $$(cd $(PYODIDE) && ls | tr '\n' ' ')"
 	touch $@
 
 # ---------------------------------------------------------------------------------------------
@@ -153,8 +169,16 @@ book: $(PYTHON_ENV) $(OFFLINE_STAMP)
 	  echo "==> EXECUTE=1: every notebook is re-executed on this machine"
 	fi
 	$(RUN_ENV) $(JUPYTER_BOOK) build . -W -n --keep-going "$${config_arg[@]}"
-	echo "==> book built in $$(awk -v a="$$t0" -v b="$$(date +%s.%N)" 'BEGIN{printf "%.1f", b-a}') s; open:"
-	echo "    $(CURDIR)/_build/html/index.html"
+	echo "==> book built in $$(awk -v a="$$t0" -v b="$$(date +%s.%N)" 'BEGIN{printf "%.1f", b-a}') s; read it with"
+	echo "    make serve   (then http://localhost:$(PORT)/; file://$(CURDIR)/_build/html/index.html works too, but for the calculator)"
+
+# The built book over HTTP on this machine only: the calculator page loads WebAssembly and
+# Python files with fetch(), which browsers refuse to pages opened from file://.
+PORT ?= 8000
+serve:
+	@test -f _build/html/index.html || { echo "ERROR: no built book in _build/html: run make book first" >&2; exit 1; }
+	echo "==> serving _build/html on http://localhost:$(PORT)/ (calculator: http://localhost:$(PORT)/book/calculator.html); Ctrl-C stops it"
+	$(PYTHON) -m http.server --bind 127.0.0.1 --directory _build/html $(PORT)
 
 # ---------------------------------------------------------------------------------------------
 # tests

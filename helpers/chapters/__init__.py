@@ -2,8 +2,10 @@
 
 Chapter 1: ch01_mask_trap, ch01_pp_schedules. Chapter 2: ch02_combining, ch02_torch_mesh,
 ch02_trace. Chapter 3: ch03_strategy, ch03_numbers, ch03_earlier. Chapter 4: ch04_config.
-Chapter 5: ch05_launch, ch05_multinode. Chapter 6: ch06_frameworks. Chapter 7:
-ch07_memory. Chapter 8: ch08_troubleshooting, ch08_tp_placement, ch08_labs, ch08_numbers,
+Chapter 5: ch05_launch, ch05_multinode. Chapter 6: ch06_frameworks, ch06_deepspeed, ch06_h2h,
+ch06_choice. Chapter 7: ch07_memory; its calculator page: calculator (a Sphinx extension that
+packs helpers.cost.web for the browser). Chapter 8: ch08_troubleshooting, ch08_tp_placement,
+ch08_labs, ch08_numbers,
 ch08_flagship, ch08_tuning, ch08_one_gpu, ch08_levers, ch08_lever_numbers (its figures:
 helpers.figures.ch08_runs, ch08_levers, ch08_profile_split).
 Chapter 9: ch09_records,

@@ -5,7 +5,7 @@ picks, each with its evidence computed from the book's own runs.
 comparison, the ratio table and the Gemini re-run (a run whose loss check failed is cited as
 invalid, not as a speed; a speed ratio with the knobs and micro-batch it was measured at).
 :func:`claim_rows` checks each claim of the guide's section on the framework ecosystem against a
-run, or says why the lent hardware cannot; :func:`pick_rows` is the chapter's answer for 2026.
+run, or says why none here can; :func:`pick_rows` is the chapter's answer for 2026.
 """
 
 from __future__ import annotations
@@ -142,17 +142,16 @@ def decision_rows(
 
 CLAIM_COLUMNS = ["the guide says", "checked by", "result"]
 NOT_HERE = (
-    "not testable on the lent hardware: one H200 or a CPU. Tensor parallelism needs two GPUs or "
-    "more, a layer too large for one 141 GB GPU needs many, and Megatron-Core needs Python 3.12 "
-    "and CUDA; the two-GPU runs (TP = 2 in Colossal-AI, Megatron-Core and DeepSpeed AutoTP) are "
-    "planned with the next two-GPU machine"
+    "not run here: tensor parallelism needs two GPUs or more and a layer too large for one "
+    "141 GB GPU needs many; this book's runs use one GPU or CPU processes"
 )
 
 
-def claim_rows(ds: dict, points: list[dict] | None = None) -> list[dict]:
+def claim_rows(ds: dict, points: list[dict] | None = None, h2h: dict | None = None) -> list[dict]:
     """The guide's claims about the three frameworks, each with the run that checks it or why none
     can here. ``ds``: :func:`helpers.chapters.ch06_deepspeed.numbers` plus ``max_gap``;
-    ``points``: the recorded two-GPU comparison (default: the book's)."""
+    ``points``: the recorded two-GPU comparison (default: the book's); ``h2h``: the one-GPU
+    head-to-head's numbers (:func:`helpers.chapters.ch06_h2h.numbers`), if recorded."""
     points = recorded_points("compare") if points is None else points
     zero, tp = _measured(points, "LowLevelZero"), _measured(points, "tp=2")
     fits = (
@@ -161,6 +160,8 @@ def claim_rows(ds: dict, points: list[dict] | None = None) -> list[dict]:
         if zero and tp and zero["valid"] and tp["valid"]
         else "not recorded"
     )
+    if h2h:
+        fits += f"; DeepSpeed ZeRO-2 alone on one GPU: {_h2h_text(h2h, 'deepspeed')}"
     return [
         {
             "the guide says": "DeepSpeed's ZeRO shards optimizer states, gradients and parameters "
@@ -176,7 +177,8 @@ def claim_rows(ds: dict, points: list[dict] | None = None) -> list[dict]:
         {
             "the guide says": "while the model still fits one GPU, DeepSpeed's ZeRO is enough",
             "checked by": "the two-GPU comparison (a 0.94 B Llama that fits): ZeRO-2 against "
-            "tensor parallelism; DeepSpeed's own ZeRO-2 on one GPU in the prepared head-to-head",
+            "tensor parallelism; DeepSpeed's own ZeRO-2 on one GPU in the four-framework "
+            "head-to-head",
             "result": fits,
         },
         {
@@ -197,39 +199,62 @@ def claim_rows(ds: dict, points: list[dict] | None = None) -> list[dict]:
 
 
 PICK_COLUMNS = ["if you", "pick", "because (the runs)", "what could change it"]
+RIVALS = ("colossal", "deepspeed", "megatron")  # each against FSDP2
 
 
-def pick_rows(ds: dict, equal: list[dict], maintenance: dict, h2h: bool) -> list[dict]:
+def _beyond_spread(h: dict, name: str) -> bool:
+    """Whether ``name``'s ratio to FSDP2 differs from 1 by more than both rows' spreads."""
+    k = f"ch06-h2h-{name}"
+    gap = 100 * abs(1 - h[k + "-vs-fsdp2"])
+    return gap > h[k + "-spread"] + h["ch06-h2h-fsdp2-spread"]
+
+
+def _h2h_text(h: dict, name: str) -> str:
+    """One framework's row of the one-GPU head-to-head in words (``h``:
+    :func:`helpers.chapters.ch06_h2h.numbers`)."""
+    k = f"ch06-h2h-{name}"
+    verdict = "a gap beyond the spreads" if _beyond_spread(h, name) else "within the spreads"
+    return (
+        f"{h[k + '-mfu']:.1f} % MFU at micro-batch {h[k + '-mbs']} on one H200, "
+        f"{h[k + '-vs-fsdp2']:.3f}× FSDP2's throughput ({verdict})"
+    )
+
+
+def pick_rows(ds: dict, equal: list[dict], maintenance: dict, h2h: dict | None) -> list[dict]:
     """Which framework this book would pick in 2026, per situation, grounded in its runs: ``ds``
     as for :func:`claim_rows`, ``equal`` the equal-knob rows of
     :func:`helpers.chapters.ch06_frameworks.equal_rows`, ``maintenance`` the checked facts
-    (:func:`helpers.chapters.ch06_frameworks.maintenance`), ``h2h``: whether the one-GPU
-    four-framework head-to-head is recorded."""
+    (:func:`helpers.chapters.ch06_frameworks.maintenance`), ``h2h`` the one-GPU four-framework
+    head-to-head's numbers (:func:`helpers.chapters.ch06_h2h.numbers`) or None while it is not
+    recorded."""
     parity = "; ".join(f"{r['record']}: {r['ZeRO-2 / FSDP2']} ({r['lead']})" for r in equal)
     cai = maintenance["frameworks"]["Colossal-AI"]
     ds_release = maintenance["frameworks"]["DeepSpeed"]["release"]["value"]
-    decide = "the head-to-head" + ("" if h2h else " (prepared, not yet recorded)")
+    decide = "the four-framework comparison"
+    seen = {n: f"; one GPU, best levers each: {_h2h_text(h2h, n)}" if h2h else "" for n in RIVALS}
     return [
         {
             "if you": "train a Hugging Face model with data parallelism and sharding on one node",
             "pick": "PyTorch FSDP2",
             "because (the runs)": "at parity with LowLevelZero ZeRO-2 given equal knobs "
-            f"({parity}); it moves with torch itself",
-            "what could change it": f"{decide}, if one framework leads by more than the spread",
+            f"({parity}){seen['colossal']}; it moves with torch itself",
+            "what could change it": "a lead beyond the spread at two GPUs or more",
         },
         {
             "if you": "need ZeRO-3 or offload to CPU/NVMe from a config file",
             "pick": "DeepSpeed",
             "because (the runs)": "ZeRO-1, 2 and 3 trained this book's YAML to the reference "
-            f"(within {ds['max_gap']:.0e}); released {ds_release}",
-            "what could change it": f"{decide}: its one-GPU speed beside the others",
+            f"(within {ds['max_gap']:.0e}){seen['deepspeed']}; released {ds_release}",
+            "what could change it": "its speed at two GPUs or more, beside FSDP2's",
         },
         {
             "if you": "have layers too large for one GPU, or train at thousands of GPUs on NVIDIA",
             "pick": "Megatron-Core",
             "because (the runs)": "its objects build from this book's YAML (every name checked "
-            "against its source); its tensor parallelism is not run here (two GPUs needed)",
-            "what could change it": f"{decide} and the planned two-GPU TP comparison",
+            f"against its source){seen['megatron']}, with its local layers neither fused nor "
+            "compiled; its tensor parallelism is not run here (two GPUs needed)",
+            "what could change it": f"{decide} with Transformer Engine's fused layers, and the "
+            "planned two-GPU TP comparison",
         },
         {
             "if you": "already run Colossal-AI, or want its one hybrid plugin for TP + PP + SP "

@@ -5,8 +5,7 @@ row (``helpers/data/framework_maintenance.yaml``); :func:`cpu_run` trains the sa
 processes with PyTorch FSDP2 or Colossal-AI (the demo ``ch08_train``); :func:`equal_rows` is
 LowLevelZero ZeRO-2 against FSDP2 with the same knobs in both (the head-to-heads of Chapter 8,
 medians of their rounds and spreads), :func:`ratio_rows` the same ratio in every record that ran
-both, knobs equal or not; :func:`h2h_rows` the four-framework head-to-head of
-``python -m helpers.record ch06`` (its plan while it is not recorded).
+both, knobs equal or not. The four-framework head-to-head is :mod:`helpers.chapters.ch06_h2h`.
 """
 
 from __future__ import annotations
@@ -17,8 +16,6 @@ from pathlib import Path
 import yaml
 
 from helpers.config.frameworks import FEATURE_COLUMNS, FEATURES
-from helpers.record import ch06 as h2h
-from helpers.record.flagship_runs import ROUND
 from helpers.record.flagship_summary import compare
 from helpers.record.results import recorded
 from helpers.run.launch import REPO_ROOT, launch
@@ -234,57 +231,28 @@ def equal_rows(records: dict | None = None) -> list[dict]:
     return rows
 
 
-H2H_PLAN_COLUMNS = ["framework and levers", "demo", "micro-batch (fallback)", "rounds"]
-H2H_COLUMNS = [
-    "framework and levers",
-    "rounds",
-    "median tokens/s/GPU",
-    "MFU",
-    "of the matmul ceiling",
-    "peak GiB",
-    "spread",
-    "/ FSDP2",
-    "loss",
-]
-
-
-def _micro(args: list[str]) -> str:
-    return args[len(args) - 1 - args[::-1].index("--micro_batch") + 1]
-
-
-def _ceiling(ok: list[dict]) -> str:
-    """The median fraction of the same call's measured matmul ceiling, or a dash."""
-    return f"{statistics.median(r['ceiling_fraction'] for r in ok):.1%}" if ok else "—"
-
-
-def h2h_rows(record: dict | None) -> tuple[list[dict], list[str]]:
-    """(rows, columns) of the four-framework head-to-head: its plan (:data:`helpers.record.ch06
-    .ROWS`) while ``record`` is None, else per row the medians over its rounds."""
-    if record is None:
-        return [
-            {
-                "framework and levers": name,
-                "demo": demo,
-                "micro-batch (fallback)": f"{_micro(args)} ({fallback})",
-                "rounds": h2h.ROUNDS,
-            }
-            for name, demo, args, fallback in h2h.ROWS
-        ], H2H_PLAN_COLUMNS
-    rows = []
-    for g in record["compare"]:
-        mine = [r["summary"] for r in record["runs"] if r["name"].split(ROUND)[0] == g["name"]]
-        ok = [r for r in mine if r.get("ok")]
-        rows.append(
-            {
-                "framework and levers": g["name"],
-                "rounds": g["rounds"],
-                "median tokens/s/GPU": f"{g['median']:,.0f}" if g["median"] else "—",
-                "MFU": f"{g['mfu_median']:.1%}" if g["mfu_median"] else "—",
-                "of the matmul ceiling": _ceiling(ok),
-                "peak GiB": f"{max(r['peak_gib'] for r in ok):.1f}" if ok else "—",
-                "spread": f"{g['spread']:.1%}" if g["spread"] is not None else "—",
-                "/ FSDP2": f"{g['vs_fsdp2']:.3f}" if g["vs_fsdp2"] else "—",
-                "loss": "within 0.05 of the reference" if g["valid"] else "INVALID",
-            }
-        )
-    return rows, H2H_COLUMNS
+def compare_numbers(compare: list[dict]) -> dict:
+    """The values Chapter 6's page glues from the recorded two-GPU comparison (``ch08_compare``:
+    FSDP2, LowLevelZero ZeRO-2, tp = 2 and Gemini on the 0.94 B Llama), keyed ``ch06-cmp-*``."""
+    by = {
+        w: next(p for p in compare if w in p["name"])
+        for w in ("FSDP2", "LowLevelZero", "tp=2", "Gemini")
+    }
+    fsdp, zero, tp, gem = by["FSDP2"], by["LowLevelZero"], by["tp=2"], by["Gemini"]
+    return {
+        "ch06-cmp-zero-tps": zero["tokens_per_s"],
+        "ch06-cmp-fsdp-tps": fsdp["tokens_per_s"],
+        "ch06-cmp-zero-mfu-pct": 100 * zero["mfu"],
+        "ch06-cmp-fsdp-mfu-pct": 100 * fsdp["mfu"],
+        "ch06-cmp-ratio": zero["tokens_per_s"] / fsdp["tokens_per_s"],
+        "ch06-cmp-zero-peak": zero["peak_gib"],
+        "ch06-cmp-fsdp-peak": fsdp["peak_gib"],
+        "ch06-cmp-tp-tps": tp["tokens_per_s"],
+        "ch06-cmp-tp-mfu-pct": 100 * tp["mfu"],
+        "ch06-cmp-tp-peak": tp["peak_gib"],
+        "ch06-cmp-tp-vs-zero": tp["tokens_per_s"] / zero["tokens_per_s"],
+        "ch06-cmp-gemini-tps": gem["tokens_per_s"],
+        "ch06-cmp-gemini-mfu-pct": 100 * gem["mfu"],
+        "ch06-cmp-per-gpu": fsdp["global_batch"] // 2,
+        "gemini-valid": gem["valid"],
+    }

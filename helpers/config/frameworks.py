@@ -31,7 +31,7 @@ from helpers.config.schema import TrainConfig
 VERSIONS = {
     "Colossal-AI": "0.5.0 (installed)",
     "DeepSpeed": "0.19.8 (installed in .venv/deepspeed)",
-    "Megatron-Core": "0.19.2 (its wheel's source; Megatron-LM's flags at core 0.20.0, d98e8a6)",
+    "Megatron-Core": "0.19.2 (its wheel's source; Megatron-LM's flags at core 0.20.0)",
     "PyTorch": "2.13 (installed)",
 }
 

@@ -10,4 +10,5 @@ Megatron-LM's distributed optimizer), chunks (Gemini's chunks of that Llama), ce
 holds, measured), mfu (model FLOPs utilisation). Chapter 12 (published trainings): hardware (the
 clusters' presets), practice (context parallelism, FSDP gathers, interleaved stages and the shares
 of a step that the step model lacks), moe (DeepSeek-V3's parameters, FLOPs and all-to-all).
+web (the calculator page's one entry: a settings dict in, JSON out, run in the browser by Pyodide).
 """

@@ -250,12 +250,22 @@ def ulysses_layer_ops(
 
 def ops_bytes_sent(ops: Iterable[tuple[str, float]], n: int) -> float:
     """Total bytes one rank sends for a list of (collective, S) over n ranks."""
-    return sum(bytes_sent(c, size, n) for c, size in ops)
+    return added(bytes_sent(c, size, n) for c, size in ops)
 
 
 def ops_time(ops: Iterable[tuple[str, float]], n: int, link: Link) -> float:
     """Modelled seconds for a list of (collective, S): one latency per collective, no overlap."""
-    return sum(collective_time(c, size, n, link) for c, size in ops)
+    return added(collective_time(c, size, n, link) for c, size in ops)
+
+
+def added(values: Iterable[float]) -> float:
+    """The values added left to right, as ``sum`` did up to Python 3.11: from 3.12 on ``sum``
+    compensates float rounding, so a model that used it would answer differently in the last bit
+    under another Python (Pyodide's, on the calculator page) and rank tied layouts differently."""
+    total = 0
+    for v in values:
+        total += v
+    return total
 
 
 SEED_ADVICE = (

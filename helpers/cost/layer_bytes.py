@@ -31,6 +31,7 @@ rank, e bytes per element of the compute dtype, h hidden, f the MLP width, a hea
 
 from __future__ import annotations
 
+from helpers.cost.comm import added
 from helpers.models.shape import ModelShape
 
 
@@ -87,7 +88,7 @@ def layer_activation_parts(
 def layer_activation_bytes(shape: ModelShape, tokens: float, seq: int, e: int, **options) -> float:
     """Bytes autograd saves for one decoder layer, per rank: the sum of its parts
     (:func:`layer_activation_parts`, whose keywords ``options`` are)."""
-    return sum(layer_activation_parts(shape, tokens, seq, e, **options).values())
+    return added(layer_activation_parts(shape, tokens, seq, e, **options).values())
 
 
 def head_activation_bytes(shape: ModelShape, tokens: float, e: int) -> float:

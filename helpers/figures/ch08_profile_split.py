@@ -18,6 +18,7 @@ import matplotlib.pyplot as plt
 
 from helpers.figures.style import DPI, RANK_COLOURS
 from helpers.train.profiling import is_comm, split
+from helpers.train.trace import subtract
 
 # (kernel name, start ms, end ms) per rank; names as the profiler reports them
 EXAMPLE = {
@@ -38,31 +39,10 @@ EXAMPLE = {
 }
 
 
-def _merged(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
-    out: list[tuple[float, float]] = []
-    for a, b in sorted(intervals):
-        if out and a <= out[-1][1]:
-            out[-1] = (out[-1][0], max(out[-1][1], b))
-        else:
-            out.append((a, b))
-    return out
-
-
 def exposed_intervals(events: list[tuple[str, float, float]]) -> list[tuple[float, float]]:
     """The parts of the communication intervals that no compute interval covers."""
-    compute = _merged([(a, b) for n, a, b in events if not is_comm(n)])
-    out = []
-    for a, b in _merged([(a, b) for n, a, b in events if is_comm(n)]):
-        cursor = a
-        for c, d in compute:
-            if d <= cursor or c >= b:
-                continue
-            if c > cursor:
-                out.append((cursor, c))
-            cursor = max(cursor, d)
-        if cursor < b:
-            out.append((cursor, b))
-    return out
+    return subtract([(a, b) for n, a, b in events if is_comm(n)],
+                    [(a, b) for n, a, b in events if not is_comm(n)])  # fmt: skip
 
 
 def example_splits(events: dict[int, list] | None = None) -> dict[int, dict]:

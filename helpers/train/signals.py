@@ -39,6 +39,7 @@ import psutil
 import torch
 
 from helpers.run.env import sync
+from helpers.train.profiling import merged_length
 
 MiB = 2**20
 
@@ -111,7 +112,7 @@ class CommTimer:
         with self._lock:
             buckets, self._buckets = self._buckets, []
         if buckets:
-            self.busy_s += _union_length(buckets)
+            self.busy_s += merged_length(buckets)
             self.wait_s += max(0.0, max(d for _, d in buckets) - max(start for start, _ in buckets))
 
     def take(self) -> tuple[float, float]:
@@ -120,42 +121,13 @@ class CommTimer:
         return busy, wait
 
 
-def _merged(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
-    """The union of (start, end) intervals as sorted, disjoint intervals."""
-    out: list[list[float]] = []
-    for start, end in sorted(intervals):
-        if out and start <= out[-1][1]:
-            out[-1][1] = max(out[-1][1], end)
-        else:
-            out.append([start, end])
-    return [(a, b) for a, b in out]
-
-
-def _union_length(intervals: list[tuple[float, float]]) -> float:
-    """Total time covered by at least one (start, end) interval."""
-    return sum(end - start for start, end in _merged(intervals))
-
-
-def _overlap_length(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> float:
-    """Time covered by both unions."""
-    total, ma, mb = 0.0, _merged(a), _merged(b)
-    i = j = 0
-    while i < len(ma) and j < len(mb):
-        total += max(0.0, min(ma[i][1], mb[j][1]) - max(ma[i][0], mb[j][0]))
-        if ma[i][1] < mb[j][1]:
-            i += 1
-        else:
-            j += 1
-    return total
-
-
 def kernel_comm_times(kernels: list[tuple[float, float, str]]) -> tuple[float, float]:
     """(busy, exposed) from GPU kernels (start, end, name): busy = time any NCCL kernel runs,
     exposed = the part of it during which no other kernel runs."""
     comm = [(a, b) for a, b, name in kernels if "nccl" in name.lower()]
     other = [(a, b) for a, b, name in kernels if "nccl" not in name.lower()]
-    busy = _union_length(comm)
-    return busy, busy - _overlap_length(comm, other)
+    busy = merged_length(comm)  # exposed: what of it no other interval covers
+    return busy, merged_length(comm + other) - merged_length(other)
 
 
 class KernelTimer:
