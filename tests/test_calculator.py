@@ -69,7 +69,7 @@ def _random_settings(rng: random.Random, n: int) -> list[dict]:
                 | {"T": layout.tp, "P": layout.pp, "S": layout.sp, "v": layout.chunks}
                 | {"sp": layout.sp_mode or "none", "zero": layout.zero_stage, "fsdp": form}
                 | {"shard": layout.shard_degree or 0, "b": layout.microbatch}
-                | {"rc": rng.choice(rcs)}
+                | {"rc": rng.choice(rcs), "pr": rng.choice(web.PRECISIONS)}
             )
     return out[:n]
 
@@ -87,7 +87,7 @@ def test_the_adapter_answers_what_the_models_answer(i):
     model, hw = web.model_of(web.settings_of(s)), web.hardware_of(web.settings_of(s))
     layout, batch = web.layout_of(web.settings_of(s))
     assert not got["layout"]["violations"]
-    mem = peak(model, layout, batch, s["rc"], hw.flash, hw.overhead_gib)
+    mem = peak(model, layout, batch, s["rc"], hw.flash, hw.overhead_gib, precision=s["pr"])
     parts = got["memory"]["parts"]
     assert got["memory"]["total"] == mem["total"]
     assert sum(p["bytes"] for p in parts) == pytest.approx(mem["total"], rel=1e-12)
@@ -103,6 +103,16 @@ def test_the_adapter_answers_what_the_models_answer(i):
     assert ranked["rank"] == (mine[0] + 1 if mine else 0)
     if s["rc"] != "selective" and p.memory_gib <= hw.memory_gib:
         assert mine, "a layout the planner enumerates and that fits is in its ranking"
+
+
+def test_precision_changes_the_bytes_and_fp16_costs_what_bf16_does():
+    base = {"layers": 32, "hidden": 4096, "heads": 32, "ffn": 11008, "vocab": 32000, "seq": 4096}
+    base |= {"G": 64, "T": 2, "P": 2, "B": 256, "b": 1, "zero": 1}
+    got = {pr: web.calculate(base | {"pr": pr}) for pr in web.PRECISIONS}
+    assert got["bf16"]["memory"]["total"] == got["fp16"]["memory"]["total"]
+    assert got["fp32"]["memory"]["total"] > got["bf16"]["memory"]["total"]
+    assert got["fp32"]["step"]["step_s"] > got["bf16"]["step"]["step_s"]  # wider collectives
+    assert "pr must be one of" in web.calculate(base | {"pr": "fp8"})["error"]
 
 
 def test_accumulation_sets_the_global_batch_and_bad_settings_say_why():

@@ -167,12 +167,14 @@ def peak(
     outside_gib: float = OUTSIDE_ALLOCATOR_GIB,
     states_of=None,
     check: bool = True,
+    precision: str = "bf16",
 ) -> dict:
     """The busiest rank's predicted ``max_memory_allocated`` (``allocated``), the bytes outside
     the allocator and their sum (``total``), with the stage and the model's full prediction. The
     first stage keeps the most micro-batches in flight, the last the head and the loss; the
-    stages between hold less than the first."""
-    train = plan_layout(model, layout, global_batch, recompute, flash, check=check)
+    stages between hold less than the first. ``precision``: "bf16" or "fp16" (mixed, with fp32
+    master weights) or "fp32"."""
+    train = plan_layout(model, layout, global_batch, recompute, flash, precision, check=check)
     own = layout.sp if layout.sp_mode == "all_to_all" else 1
     if states_of is None and layout.zero_stage == 3:
         states_of = fsdp_states

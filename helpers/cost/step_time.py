@@ -49,6 +49,7 @@ from helpers.cost.comm import (
     ulysses_layer_ops,
 )
 from helpers.cost.placement import members_per_node, spanning_link
+from helpers.cost.memory_llama import BYTES
 from helpers.cost.memory_plan import GIB, OUTSIDE_ALLOCATOR_GIB, peak, recompute_mode
 from helpers.parallel.layouts import Layout
 from helpers.parallel.pp import bubble_fraction
@@ -72,6 +73,9 @@ class Hardware:
     flash: bool = True  # flash attention: no s×s scores stored
     # network cards per node, each of ``inter``'s rate (None: one per GPU, as on HGX/DGX nodes)
     cards_per_node: int | None = None
+    # "bf16"/"fp16" mixed precision or "fp32": bytes of weights, gradients, activations and of
+    # what the collectives send (``peak_flops`` must then be the GPU's rate at that precision)
+    precision: str = "bf16"
 
     def link(self, collective: str, n: int, per_node: int) -> Link:
         """The link a group of ``n`` ranks, ``per_node`` of them on each node, sees for
@@ -184,7 +188,9 @@ def plan_layout(
     rc = recompute_mode(recompute)
     m = global_batch // (L.dp * L.microbatch)
     a2a = L.sp if L.sp_mode == "all_to_all" else 1
-    mem = peak(model, L, global_batch, rc, hw.flash, hw.overhead_gib, check=check)
+    mem = peak(model, L, global_batch, rc, hw.flash, hw.overhead_gib, check=check,
+               precision=hw.precision)  # fmt: skip
+    e = BYTES[hw.precision]
     G, gpn, mesh = L.world_size, hw.gpus_per_node, _mesh(L)
     flops = 6 * model.params + 12 * model.layers * h * s
     flops = flops * 4 / 3 if rc == "full" else flops
@@ -197,7 +203,7 @@ def plan_layout(
     tp_mb = (
         ops_time(
             tp_layer_ops(
-                L.microbatch, s // a2a, h, 2, sequence_parallel=L.sp_mode == "split_gather"
+                L.microbatch, s // a2a, h, e, sequence_parallel=L.sp_mode == "split_gather"
             )
             * layers,
             L.tp,
@@ -207,18 +213,18 @@ def plan_layout(
         else 0.0
     )
     sp_mb = (
-        ops_time(ulysses_layer_ops(L.microbatch, s, h, a2a) * layers, a2a, sp_link)
+        ops_time(ulysses_layer_ops(L.microbatch, s, h, a2a, e) * layers, a2a, sp_link)
         if a2a > 1
         else 0.0
     )
     pp_link = hw.link("p2p", L.pp, members_per_node(mesh, ("pp",), gpn))
-    act = L.microbatch * s / a2a * h * 2
+    act = L.microbatch * s / a2a * h * e
     v = L.chunks
     pp_mb = 2 * v * (pp_link.latency_s + act / pp_link.bandwidth_bytes_per_s) if L.pp > 1 else 0.0
     slot = per_mb + tp_mb + sp_mb + pp_mb
     idle = bubble_fraction(L.pp, m, v)  # (interleaved) 1F1B: (p - 1)/v idle slots to m busy ones
     bubble = idle / (1 - idle) * m * slot
-    grads = model.params / (L.tp * L.pp) * 2  # bf16 gradients (and weights) of one model shard
+    grads = model.params / (L.tp * L.pp) * e  # gradients (and weights) of one model shard
     dp_exposed, dp_links = _dp_exposed(L, grads, m, per_mb, rc, hw, mesh)
     step = m * slot + bubble + dp_exposed
     links = {"tp": tp_link, **dp_links, "pp": pp_link}

@@ -20,9 +20,9 @@ Every number the page prints comes with its text, formatted here, so the browser
 CPython prints. Settings (all optional but the model's): ``layers hidden heads kv_heads ffn vocab
 seq style name`` (the model), ``hw G node mem eff flash`` (the cluster: a preset of
 :data:`HARDWARE`, GPUs, GPUs per node, GiB per GPU, compute efficiency, flash attention), ``T P S
-sp v zero fsdp shard b B m rc top`` (the layout: degrees, sequence mode, interleaved chunks, ZeRO
-stage, the ZeRO-3 form, the HSDP shard group, micro-batch, global batch in sequences, or
-accumulation steps instead of B, recomputation, planner rows shown).
+sp v zero fsdp shard b B m rc pr top`` (the layout: degrees, sequence mode, interleaved chunks,
+ZeRO stage, the ZeRO-3 form, the HSDP shard group, micro-batch, global batch in sequences, or
+accumulation steps instead of B, recomputation, precision, planner rows shown).
 """
 
 from __future__ import annotations
@@ -62,8 +62,10 @@ DEFAULTS = {
     "b": 1,
     "B": 64,
     "rc": "none",
+    "pr": "bf16",
     "top": 10,
 }
+PRECISIONS = ("bf16", "fp16", "fp32")
 INTS = (
     "layers hidden heads kv_heads ffn vocab seq G node flash T P S v zero shard b B m top"
 ).split()
@@ -102,7 +104,8 @@ def settings_of(raw: dict) -> dict:
             s[k] = int(float(s[k]))
     for k in FLOATS:
         s[k] = float(s[k])
-    for key, allowed in (("sp", SP_MODES), ("fsdp", FSDP_FORMS), ("rc", RECOMPUTE_MODES)):
+    checks = (("sp", SP_MODES), ("fsdp", FSDP_FORMS), ("rc", RECOMPUTE_MODES), ("pr", PRECISIONS))
+    for key, allowed in checks:
         if s[key] not in allowed:
             raise ValueError(f"{key} must be one of {allowed}, not {s[key]!r}")
     if s["style"] not in ("llama", "gpt"):
@@ -126,7 +129,12 @@ def model_of(s: dict) -> ModelShape:
 def hardware_of(s: dict) -> Hardware:
     hw = HARDWARE[s["hw"]][1]
     return replace(
-        hw, gpus_per_node=s["node"], memory_gib=s["mem"], mfu=s["eff"], flash=bool(s["flash"])
+        hw,
+        gpus_per_node=s["node"],
+        memory_gib=s["mem"],
+        mfu=s["eff"],
+        flash=bool(s["flash"]),
+        precision=s["pr"],
     )
 
 
@@ -212,7 +220,10 @@ def _calculate(s: dict) -> dict:
     why = violations(layout, model, batch)
     if layout.zero_stage == 3:  # ZeRO-3 is GeminiPlugin's, as the planner takes it
         why += [rule.name for rule in GEMINI_RULES if rule.broken(layout_case(layout))]
-    mem = peak(model, layout, batch, s["rc"], hw.flash, hw.overhead_gib, check=False)
+    rc = s["rc"]
+    mem = peak(
+        model, layout, batch, rc, hw.flash, hw.overhead_gib, check=False, precision=hw.precision
+    )
     p = plan_layout(model, layout, batch, hw, s["rc"], check=False)
     tokens = batch * model.seq_len
     parts = [(k, v) for k, v in mem["prediction"]["breakdown"].items()]

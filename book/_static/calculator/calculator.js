@@ -40,6 +40,7 @@
       ["b", "micro-batch b", "int"], ["B", "global batch B (sequences)", "int"],
       ["m", "accumulation m", "int"],
       ["rc", "recomputation", "select", [["none", "none"], ["selective", "selective"], ["full", "full"]]],
+      ["pr", "precision", "select", [["bf16", "bf16 mixed"], ["fp16", "fp16 mixed"], ["fp32", "fp32"]]],
     ]],
   ];
   const MEMORY_COLORS = ["#4e79a7", "#76b7b2", "#59a14f", "#edc948", "#f28e2b", "#e15759", "#b07aa1", "#9c9c9c"];
