@@ -200,6 +200,11 @@ def claim_rows(ds: dict, points: list[dict] | None = None, h2h: dict | None = No
 
 PICK_COLUMNS = ["if you", "pick", "because (the runs)", "what could change it"]
 RIVALS = ("colossal", "deepspeed", "megatron")  # each against FSDP2
+LABEL = {
+    "colossal": "LowLevelZero ZeRO-2",
+    "deepspeed": "DeepSpeed ZeRO-2",
+    "megatron": "Megatron-Core",
+}
 
 
 def _beyond_spread(h: dict, name: str) -> bool:
@@ -215,7 +220,7 @@ def _h2h_text(h: dict, name: str) -> str:
     k = f"ch06-h2h-{name}"
     verdict = "a gap beyond the spreads" if _beyond_spread(h, name) else "within the spreads"
     return (
-        f"{h[k + '-mfu']:.1f} % MFU at micro-batch {h[k + '-mbs']} on one H200, "
+        f"{LABEL[name]} {h[k + '-mfu']:.1f} % MFU at micro-batch {h[k + '-mbs']} on one H200, "
         f"{h[k + '-vs-fsdp2']:.3f}× FSDP2's throughput ({verdict})"
     )
 
@@ -227,7 +232,11 @@ def pick_rows(ds: dict, equal: list[dict], maintenance: dict, h2h: dict | None) 
     (:func:`helpers.chapters.ch06_frameworks.maintenance`), ``h2h`` the one-GPU four-framework
     head-to-head's numbers (:func:`helpers.chapters.ch06_h2h.numbers`) or None while it is not
     recorded."""
-    parity = "; ".join(f"{r['record']}: {r['ZeRO-2 / FSDP2']} ({r['lead']})" for r in equal)
+    parity = "; ".join(
+        f"{r['GPUs']} GPU{'s' if r['GPUs'] > 1 else ''}: {r['ZeRO-2 / FSDP2']}× "
+        f"({r['lead'].split(':')[0]})"
+        for r in equal
+    )
     cai = maintenance["frameworks"]["Colossal-AI"]
     ds_release = maintenance["frameworks"]["DeepSpeed"]["release"]["value"]
     decide = "the four-framework comparison"
