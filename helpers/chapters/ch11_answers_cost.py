@@ -19,6 +19,7 @@ from helpers.cost.activations import layer_activations
 from helpers.cost.hardware import A100_BF16_PEAK
 from helpers.cost.memory import model_states, seed_estimate_memory
 from helpers.cost.mfu import H200_BF16_PEAK, flops_per_token as _flops_per_token, mfu as _mfu
+from helpers.cost.moe import moe_memory
 from helpers.models.llama import llama_config
 from helpers.train.fp8 import H200_FP8_PEAK, step_speedup
 from helpers.train.linear_ce import logits_bytes as _logits_bytes
@@ -117,3 +118,13 @@ def published_mfu_with_recompute(run: str) -> float:
     """MFU of an A100 run whose reported TFLOP/s counts the recomputed forward (four passes of
     work, of which the model's are three)."""
     return by_key(run).reported["TFLOP/s per GPU"] * 1e12 * 3 / 4 / A100_BF16_PEAK
+
+
+def moe_active_params(
+    dense_params: float, expert_params: float, experts: int, moe_layers: int, k: int
+) -> float:
+    """Parameters one token uses in a MoE model: all but the routed experts, and k of them per
+    MoE layer (:func:`helpers.cost.moe.moe_memory`)."""
+    return moe_memory(dense_params, expert_params, experts, moe_layers, k, dp=1, ep=1)[
+        "active_params"
+    ]

@@ -30,6 +30,7 @@ from helpers.cost.comm import (
     ulysses_layer_ops,
     zero_step_volume,
 )
+from helpers.cost import moe
 from helpers.cost.mfu import H200_BF16_PEAK
 from helpers.cost.step_time import Hardware
 from helpers.parallel import cp, pp_schedules
@@ -202,3 +203,24 @@ def overlap_tokens(link: str, computed_share: float = 0.5, kv_share: float = 1.0
 def expert_capacity(tokens: int, experts: int, top_k: int, capacity_factor: float) -> int:
     """Token slots per expert: ⌈φ · k · n_tok / n_exp⌉."""
     return _expert_capacity(tokens, experts, top_k, capacity_factor)
+
+
+def moe_dispatch_bytes(
+    tokens: int,
+    top_k: int,
+    hidden: int,
+    experts: int,
+    ep: int,
+    capacity_factor: float | None = None,
+    element_bytes: int = 2,
+) -> float:
+    """Bytes one rank sends in one dispatch all-to-all: (E-1)/E · n_exp·C·h·e with a capacity,
+    (E-1)/E · k·n_tok·h·e dropless (``capacity_factor`` None)."""
+    return moe.dispatch_bytes(tokens, top_k, hidden, experts, ep, capacity_factor, element_bytes)
+
+
+def ep_all_to_all_seconds(size_bytes: float, ep: int, per_node: int, link: str = "ib_ndr") -> float:
+    """One all-to-all of ``size_bytes`` per rank over ``ep`` ranks, ``per_node`` to a node: the
+    off-node share through the rank's own card, the rest over NVLink 4 at the same time."""
+    cards, nvlink = NOMINAL_LINKS[link], NOMINAL_LINKS["nvlink4"]
+    return moe.ep_all_to_all_seconds(size_bytes, ep, per_node, cards, nvlink)["seconds"]

@@ -14,13 +14,16 @@ ranks; an expert's gradient, which the all-to-all's backward has already summed 
 whose tokens it served, is divided by ep (Colossal-AI's EPGradScalerIn does the same) and averaged
 over its data group (:mod:`helpers.train.moe_check`). Both must equal the reference's gradients.
 The load per expert (tokens routed, kept within the capacity, dropped) is reported from every
-rank.
+rank, and so are the bytes the all-to-alls handed to gloo for each peer, forward and backward
+(:class:`helpers.parallel.ep.PeerBytes`, against :func:`helpers.cost.moe.dispatch_bytes`), and the
+bytes of the tensors autograd saved in the layer's forward (against the capacity buffers of
+:func:`helpers.cost.moe.moe_memory`).
 """
 
 import torch
 import torch.distributed as dist
 
-from helpers.parallel.ep import MoELayer, expert_data_grid, expert_parallel_forward
+from helpers.parallel.ep import MoELayer, PeerBytes, expert_data_grid, expert_parallel_forward
 from helpers.run import cli
 from helpers.run.env import distributed, emit, max_abs_diff, say
 from helpers.train.moe_check import average_grads, group_tokens, objective, reference_grads
@@ -63,10 +66,19 @@ def main() -> None:
         router = full.router.detach().clone().requires_grad_()
         w_in = full.w_in.detach()[mine].clone().requires_grad_()  # (E/ep, h, f): my experts only
         w_out = full.w_out.detach()[mine].clone().requires_grad_()
-        out, routing, aux = expert_parallel_forward(
-            x, router, w_in, w_out, args.k, args.capacity_factor, ep_group
+        # [start: moe-count]
+        saved = []  # bytes of every tensor autograd keeps for the backward of the layer
+        hooks = torch.autograd.graph.saved_tensors_hooks(
+            lambda t: saved.append(t.numel() * t.element_size()) or t, lambda t: t
         )
-        objective(out, aux, env.rank).backward()
+        with PeerBytes() as sent:  # what the all-to-alls hand to gloo for each peer
+            with hooks:  # x needs its gradient, as inside a model: both backward all-to-alls
+                out, routing, aux = expert_parallel_forward(
+                    x.requires_grad_(), router, w_in, w_out, args.k, args.capacity_factor, ep_group
+                )
+            sent.phase = "backward"
+            objective(out, aux, env.rank).backward()
+        # [end: moe-count]
         average_grads(router, (w_in, w_out), ep, args.dp, dp_group, env.world_size)
 
         diffs = dict(
@@ -107,6 +119,12 @@ def main() -> None:
             balance_loss=round(aux.item(), 4),
             diffs=diffs,
             backend=env.backend,
+            hidden=args.hidden,
+            ffn=args.ffn,
+            element_size=x.element_size(),
+            sent=sent.sent,  # {phase: bytes to each ep peer}
+            all_to_alls=sent.calls,
+            saved_bytes=sum(saved),
         )
 
 

@@ -1,6 +1,7 @@
 """A mixture-of-experts layer from scratch: top-k router, capacity, dispatch, experts, combine.
 
-Used by Chapter 9 (``helpers/demos/ch09_moe.py`` and its notebook). The layer follows GShard
+Used by Chapter 9 (``helpers/demos/ch09_moe.py``, ``ch09_moe_balance.py`` and the notebook).
+The layer follows GShard
 (Lepikhin et al. 2021, "GShard: Scaling Giant Models with Conditional Computation and Automatic
 Sharding", Sec. 2.2 and Algorithm 1) with Mixtral's gate (Jiang et al. 2024, "Mixtral of
 Experts", Sec. 2.1):
@@ -14,7 +15,14 @@ Experts", Sec. 2.1):
 * dispatch: a buffer (E, C, h) holding each expert's tokens; experts: one FFN per expert,
   batched as (E, C, h) @ (E, h, f); combine: each token's outputs weighted by its gates;
 * load-balancing loss (Switch Transformer, Fedus et al. 2022, eq. 4): E · Σ_i f_i · P_i with f_i
-  the fraction of tokens whose first choice is expert i and P_i the mean router probability.
+  the fraction of tokens whose first choice is expert i and P_i the mean router probability;
+* auxiliary-loss-free balancing (DeepSeek-AI 2024, "DeepSeek-V3 Technical Report", §2.1.2): a
+  bias per expert added to the scores for the top-k choice only (:func:`route`), moved by γ
+  against the sign of the expert's load error after every step (:func:`update_bias`);
+  :func:`imbalance` and :func:`dropped_at` measure what either achieves.
+
+:class:`PeerBytes` counts what the all-to-alls hand to the backend for each peer;
+:func:`toy_batch` gives the balancing runs their skewed tokens and a target to learn.
 
 Expert parallelism (:func:`expert_parallel_forward`) keeps E/P experts on each of P ranks and
 each rank's own tokens (a "group" in GShard's words): the dispatch buffer is cut along the expert
@@ -65,11 +73,14 @@ class Routing:
 
 
 # [start: moe-route]
-def route(logits: torch.Tensor, k: int, capacity: int) -> Routing:
-    """Top-k routing with GShard's capacity and priority (first choices fill slots first)."""
+def route(logits: torch.Tensor, k: int, capacity: int, bias: torch.Tensor | None = None) -> Routing:
+    """Top-k routing with GShard's capacity and priority (first choices fill slots first).
+    ``bias`` (n_exp,), DeepSeek-V3's balancing bias, takes part in choosing the k experts only."""
     tokens, experts = logits.shape
     probs = logits.softmax(dim=-1)  # (n_tok, n_exp)
-    top_p, top_e = probs.topk(k, dim=-1)  # (n_tok, k)
+    score = probs if bias is None else probs + bias  # the bias chooses, it never weighs
+    top_e = score.topk(k, dim=-1).indices  # (n_tok, k)
+    top_p = probs.gather(1, top_e)
     gate = top_p / top_p.sum(dim=-1, keepdim=True)
     # one-hot in priority order: all first choices (token order), then all second choices, ...
     onehot = F.one_hot(top_e.t().reshape(-1), experts)  # (k·n_tok, n_exp)
@@ -81,6 +92,36 @@ def route(logits: torch.Tensor, k: int, capacity: int) -> Routing:
 
 
 # [end: moe-route]
+
+
+# [start: moe-bias-update]
+def update_bias(bias: torch.Tensor, load: torch.Tensor, gamma: float) -> torch.Tensor:
+    """DeepSeek-V3's auxiliary-loss-free step, after each training step: lower an overloaded
+    expert's bias by γ, raise an underloaded one's; ``load`` counts the whole step's tokens."""
+    return bias + gamma * torch.sign(load.double().mean() - load).to(bias.dtype)
+    # [end: moe-bias-update]
+
+
+def imbalance(load: torch.Tensor) -> float:
+    """max/mean of the tokens routed to each expert: 1 when balanced, n_exp when one takes all."""
+    return float(load.max() / load.double().mean())
+
+
+def dropped_at(routed: torch.Tensor, capacity: int) -> int:
+    """Choices dropped when each group's experts take ``capacity`` slots: Σ max(0, routed - C)
+    over the groups (rows) and experts (columns) of ``routed``; the order of the slots decides
+    which choices go, not how many."""
+    return int((routed - capacity).clamp(min=0).sum())
+
+
+def toy_batch(step: int, rank: int, world: int, tokens: int, hidden: int, skew: float):
+    """Chapter 9's balancing runs: rank ``rank``'s fresh tokens (T, h) of ``step``, shifted by
+    ``skew`` along one direction so a random router prefers a few experts, and their target, a
+    fixed function tanh(x W) for the layer to learn (the same W on every rank, seed 7)."""
+    g = torch.Generator().manual_seed(100_000 + step * world + rank)
+    x = torch.randn(tokens, hidden, generator=g) + skew * torch.ones(hidden) / hidden**0.5
+    w = torch.randn(hidden, hidden, generator=torch.Generator().manual_seed(7)) / hidden**0.5
+    return x, torch.tanh(x @ w)
 
 
 def balance_loss(routing: Routing) -> torch.Tensor:
@@ -112,6 +153,36 @@ def combine(y: torch.Tensor, routing: Routing) -> torch.Tensor:
 def experts_ffn(buffers: torch.Tensor, w_in: torch.Tensor, w_out: torch.Tensor) -> torch.Tensor:
     """Every expert's FFN at once: (E, C, h) @ (E, h, f) → GELU → @ (E, f, h)."""
     return F.gelu(buffers @ w_in) @ w_out
+
+
+class PeerBytes:
+    """Counts the bytes this rank hands to ``dist.all_to_all_single`` for each other rank of the
+    group, per phase (``sent[phase][j]``: to group rank j; the piece for itself stays home), from
+    the split sizes of each call: the measured side of the dispatch and combine volumes."""
+
+    def __init__(self):
+        self.sent: dict[str, list[int]] = {}
+        self.calls: dict[str, int] = {}
+        self.phase = "forward"
+
+    def __enter__(self):
+        self._original = torch.distributed.all_to_all_single
+        torch.distributed.all_to_all_single = self._counted
+        return self
+
+    def __exit__(self, *exc):
+        torch.distributed.all_to_all_single = self._original
+
+    def _counted(self, output, input, output_split_sizes=None, input_split_sizes=None, **kw):
+        group = kw.get("group")
+        n, me = torch.distributed.get_world_size(group), torch.distributed.get_rank(group)
+        rows = input_split_sizes or [input.shape[0] // n] * n
+        row_bytes = input.numel() // max(input.shape[0], 1) * input.element_size()
+        to = self.sent.setdefault(self.phase, [0] * n)
+        for j, r in enumerate(rows):
+            to[j] += 0 if j == me else r * row_bytes
+        self.calls[self.phase] = self.calls.get(self.phase, 0) + 1
+        return self._original(output, input, output_split_sizes, input_split_sizes, **kw)
 
 
 def expert_data_grid(world_size: int, ep: int) -> tuple[list[list[int]], list[list[int]]]:
@@ -147,10 +218,12 @@ class MoELayer(nn.Module):
         self.w_in = nn.Parameter(torch.randn(experts, hidden, ffn, generator=g) / math.sqrt(hidden))
         self.w_out = nn.Parameter(torch.randn(experts, ffn, hidden, generator=g) / math.sqrt(ffn))
 
-    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, Routing, torch.Tensor]:
+    def forward(
+        self, x: torch.Tensor, bias: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, Routing, torch.Tensor]:
         """x (T, h) of one group → (output (T, h), routing, balancing loss)."""
         cap = expert_capacity(x.shape[0], self.experts, self.k, self.capacity_factor)
-        routing = route(x @ self.router, self.k, cap)
+        routing = route(x @ self.router, self.k, cap, bias)
         y = experts_ffn(dispatch(x, routing, self.experts), self.w_in, self.w_out)  # (n_exp, C, h)
         return combine(y, routing), routing, balance_loss(routing)
 
@@ -163,6 +236,7 @@ def expert_parallel_forward(
     k: int,
     capacity_factor: float,
     group=None,
+    bias: torch.Tensor | None = None,
 ):
     """The same layer with E/P experts per rank: route locally, all-to-all, run, all-to-all back.
 
@@ -173,7 +247,7 @@ def expert_parallel_forward(
     ranks = torch.distributed.get_world_size(group)
     experts = w_in_local.shape[0] * ranks
     cap = expert_capacity(x.shape[0], experts, k, capacity_factor)
-    routing = route(x @ router, k, cap)
+    routing = route(x @ router, k, cap, bias)
     buffers = dispatch(x, routing, experts)  # (n_exp, C, h): my tokens for every expert
     mine = AllToAll.apply(buffers, 0, 1, group)  # (n_exp/E, E·C, h): all ranks' tokens, my experts
     done = experts_ffn(mine, w_in_local, w_out_local)  # (n_exp/E, E·C, h)
