@@ -22,6 +22,9 @@ measurement; each term is counted from the code that allocates it (transformers 
   HybridAdam states of the shards; Gemini shards weights, masters and states (ZeRO-3), in the
   chunks of :mod:`helpers.cost.chunks`. An own sequence axis (``all_to_all``) shards over
   dp × sp (``HybridParallelPlugin.mixed_dp_group``), which is ``TrainLayout.dp`` there.
+* **Activation offload** (a :class:`helpers.cost.memory_plan.PlanLayout` with
+  ``offload_activations``): two layers' activations stay on the GPU instead of L, and
+  ``offloaded`` counts the bytes copied to the host each step (:mod:`helpers.train.offload`).
 * **Phases**: the peak is the largest of (1) the end of forward at the loss, (2) the start of
   backward (12Nv of loss gradients on top of all activations), (3) the end of backward (all
   gradients, the last activations gone) and (4) the optimizer step (fp32 gradient copies). 1F1B
@@ -53,6 +56,8 @@ BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 # torch's cuBLAS workspace on sm90 (CublasHandlePool.cpp: 4096 KiB x 8 on Hopper), one per thread
 # that runs GEMMs: the training loop and autograd's backward thread
 CUBLAS_WORKSPACES = 2 * 32 * 2**20
+# layers of activations on the GPU under activation offload (Chapter 7, "Offloading activations")
+OFFLOAD_RESIDENT_LAYERS = 2
 
 
 def layer_params(shape) -> tuple[int, int]:
@@ -192,6 +197,12 @@ def predict(layout: TrainLayout, rank: int = 0, states_of=model_states) -> dict:
     )
     kept_per_layer = e * tokens * shape.hidden if layout.recompute else per_layer
     activations = in_flight * layers * kept_per_layer
+    offloaded = 0.0
+    if getattr(layout, "offload_activations", False):  # a PlanLayout's (helpers.train.offload)
+        # on the GPU: the last layer (kept) and the one being copied out, later the one computing
+        # and the one prefetched; the host holds the other L - 1 layers' (tensors < 1 MiB left out)
+        activations = min(layers, OFFLOAD_RESIDENT_LAYERS) * per_layer
+        offloaded = (layers - 1) * per_layer
     if layout.pp > 1:
         activations += boundaries * e * tokens * shape.hidden  # each chunk's boundary tensor
     last = stage == layout.pp - 1
@@ -238,6 +249,7 @@ def predict(layout: TrainLayout, rank: int = 0, states_of=model_states) -> dict:
         "states": states,
         "persistent": persistent,
         "activations": activations,
+        "offloaded": offloaded,
         "per_layer": per_layer,
         "head": head,
         "loss": loss,

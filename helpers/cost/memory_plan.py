@@ -47,6 +47,12 @@ class PlanLayout(TrainLayout):
     chunks: int = 1
     reshard_after_forward: bool = True
     shard_degree: int | None = None
+    offload_activations: bool = False  # saved activations to host memory (helpers.train.offload)
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.offload_activations and (self.recompute or self.pp > 1):
+            raise ValueError("activation offload is modelled without recomputation and pipelines")
 
 
 def megatron_bytes_per_param(
@@ -192,3 +198,32 @@ def peak(
         "stage": worst["stage"],
         "prediction": worst,
     }
+
+
+# [start: offload-time]
+def offload_seconds(
+    offloaded_bytes: float,
+    out_bytes_per_s: float,
+    in_bytes_per_s: float,
+    step_s: float,
+    forward_share: float = 1 / 3,
+) -> dict:
+    """The time activation offload adds to a step that takes ``step_s`` without it.
+
+    The copies out (device to host, ``out_bytes_per_s``) run during the forward, the copies back
+    during the backward, each on its own stream beside the compute. Assumed: each pass's copies
+    overlap its compute fully and do not slow it, and the forward is ``forward_share`` of the step
+    (a third: 2 of the 6 FLOPs per parameter and token). What a pass's copies take beyond its
+    compute is added: max(0, B/β_out − t_f) + max(0, B/β_in − t_b)."""
+    for name, value in (("out_bytes_per_s", out_bytes_per_s), ("in_bytes_per_s", in_bytes_per_s)):
+        if not value > 0:
+            raise ValueError(f"{name} must be positive, got {value!r}")
+    if offloaded_bytes < 0 or step_s <= 0 or not 0 < forward_share < 1:
+        raise ValueError("offloaded_bytes ≥ 0, step_s > 0 and 0 < forward_share < 1")
+    forward, backward = forward_share * step_s, (1 - forward_share) * step_s
+    out_s, in_s = offloaded_bytes / out_bytes_per_s, offloaded_bytes / in_bytes_per_s
+    exposed = max(0.0, out_s - forward) + max(0.0, in_s - backward)
+    return {"out_s": out_s, "in_s": in_s, "exposed_s": exposed, "step_s": step_s + exposed}
+
+
+# [end: offload-time]
