@@ -17,7 +17,10 @@ DeepSpeed, Megatron-Core, Transformers), and its line says so.
 - ``helpers.config``: configuration files and the one plugin builder (Chapters 4 and 6); a file's
   layout is checked against the memory model of ``cost``.
 - ``helpers.run``: where and how ranks run: the environment inside a rank, the torchrun launcher,
-  Colossal-AI's kernels (Chapter 1, "Where the ranks run").
+  Colossal-AI's kernels (Chapter 1, "Where the ranks run"), and what each demo's ``RESULT`` line
+  holds: one TypedDict per result in ``helpers.run.result_types``, a module per chapter, that the
+  demo passes to ``emit`` (which checks the keys) and its readers annotate what they read with
+  (``tests/test_result_types.py`` checks their keys).
 - ``helpers.train``: training machinery (Chapters 5 and 8): references, checkpoints, signals,
   tuning knobs, profiling, deliberate failures and their diagnosis.
 - ``helpers.cluster``: hosts made on one machine (network namespaces), SSH, SLURM, node faults

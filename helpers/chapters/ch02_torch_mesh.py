@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from helpers.parallel.mesh import RankMesh
 from helpers.run.launch import LaunchResult, launch
+from helpers.run.result_types.ch02 import TorchMeshResult
 
 NPROC, TP = 4, 2
 ARGS = ["--tp", str(TP)]
@@ -25,7 +26,7 @@ def book_mesh() -> RankMesh:
     return RankMesh.for_world(NPROC, tp=TP)
 
 
-def facts(results: list[dict]) -> dict:
+def facts(results: list[TorchMeshResult]) -> dict:
     """What the run shows, with no verdict of its own: whether both meshes give RankMesh's
     coordinates and groups on every rank, whether each group's all-reduce summed its members,
     whether torch holds Colossal-AI's group objects when wrapped, and how far FSDP2 + tensor
@@ -64,7 +65,7 @@ def facts(results: list[dict]) -> dict:
     }
 
 
-def check(results: list[dict]) -> dict:
+def check(results: list[TorchMeshResult]) -> dict:
     """:func:`facts`, asserted (for the tests; the notebook asserts them in its own cell)."""
     if sorted(r["rank"] for r in results) != list(range(NPROC)):
         raise AssertionError(f"expected one result from each of {NPROC} ranks")
@@ -81,7 +82,7 @@ def check(results: list[dict]) -> dict:
     return found
 
 
-def group_rows(results: list[dict]) -> list[dict]:
+def group_rows(results: list[TorchMeshResult]) -> list[dict]:
     """One row per rank: its coordinate and groups from torch's DeviceMesh and from
     ProcessGroupMesh."""
     rows = []

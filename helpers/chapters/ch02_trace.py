@@ -18,6 +18,7 @@ from helpers.figures.style import DPI
 from helpers.figures.timeline import timeline
 from helpers.run.launch import LaunchResult, launch
 from helpers.train.trace import StepTrace
+from helpers.run.result_types.ch02 import TraceResult
 
 NPROC, TP, LAYERS, ROWS = 4, 2, 4, 256
 ARGS = ["--tp", str(TP), "--layers", str(LAYERS), "--rows", str(ROWS)]
@@ -44,11 +45,11 @@ def expected_collectives(layers: int, tp: int, dp: int, pp: int = 1, stage: int 
     return tensor + data + 2 * (stage > 0) + 2 * (stage < pp - 1)
 
 
-def traces(results: list[dict], order: str) -> dict[int, StepTrace]:
+def traces(results: list[TraceResult], order: str) -> dict[int, StepTrace]:
     return {r["rank"]: StepTrace.from_json(r["trace"]) for r in results if r["order"] == order}
 
 
-def check(results: list[dict]) -> dict:
+def check(results: list[TraceResult]) -> dict:
     """Raise unless every rank's gradients matched, every trace holds exactly the collectives
     the model implies, the ``after`` order hid (almost) nothing and the ``overlap`` order computed
     under its gradient all-reduces on every rank; return the exact facts."""
@@ -70,7 +71,7 @@ def check(results: list[dict]) -> dict:
     }
 
 
-def rows(results: list[dict]) -> list[dict]:
+def rows(results: list[TraceResult]) -> list[dict]:
     """One row per order and rank: milliseconds of the step and its parts (measured: ≈)."""
     out = []
     for order in ORDERS:
@@ -90,7 +91,7 @@ def rows(results: list[dict]) -> list[dict]:
     return out
 
 
-def totals(results: list[dict], order: str) -> dict[str, float]:
+def totals(results: list[TraceResult], order: str) -> dict[str, float]:
     """Milliseconds summed over the ranks, and the share of communication under compute."""
     sums: dict[str, float] = {}
     for t in traces(results, order).values():
@@ -100,12 +101,12 @@ def totals(results: list[dict], order: str) -> dict[str, float]:
     return sums
 
 
-def overlap_shares(results: list[dict]) -> dict[str, float]:
+def overlap_shares(results: list[TraceResult]) -> dict[str, float]:
     """The share of communication under compute, summed over the ranks, for each order."""
     return {order: totals(results, order)["hidden_share"] for order in ORDERS}
 
 
-def figure(results: list[dict]):
+def figure(results: list[TraceResult]):
     """Two panels, one per order; per rank a row of compute / exposed communication / idle and
     under it a row of all its communication (what lies under a compute bar is overlapped)."""
     fig, axes = plt.subplots(2, 1, figsize=(9, 8), dpi=DPI)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from helpers.cost.comm import NOMINAL_LINKS
 from helpers.cost import calibration
+from helpers.run.result_types.ch03 import ShareResult
 
 MIB, GIB = 2**20, 2**30
 
@@ -66,7 +67,7 @@ def collective_numbers(measured: list[dict]) -> dict:
     }
 
 
-def share_numbers(results: list[dict], allreduce_s: float) -> dict:
+def share_numbers(results: list[ShareResult], allreduce_s: float) -> dict:
     """The communication share of the recorded steps (``ch03_share``): its range, each layout's
     share and throughput per batch, the step times at small batches, and the gradient all-reduce
     of ``dp`` at batch 32 beside ``allreduce_s``, what the calibrated model gives for it."""

@@ -9,8 +9,10 @@ and the head-to-head are in :mod:`helpers.chapters.ch08_tuning`, the one-GPU rec
 
 from __future__ import annotations
 
+from helpers.record import results
 from helpers.record.flagship_runs import NPROC
 from helpers.record.flagship_summary import summarize
+from helpers.run.result_types.records import FlagshipRecord
 
 
 COLUMNS = [
@@ -26,12 +28,10 @@ COLUMNS = [
 ]
 
 
-def recorded(name: str = "flagship", gpus: int = NPROC) -> dict | None:
-    """The recorded run list (``flagship``) or head-to-head (``flagship_h2h``) made on ``gpus`` GPUs
-    (default 2, the book's; 1: the one-GPU record), else None."""
-    from helpers.record.results import recorded as find_record
-
-    return find_record(name, gpus=gpus)
+def recorded(name: str = "flagship", gpus: int = NPROC) -> FlagshipRecord | None:
+    """:func:`helpers.record.results.recorded`: the run list (``flagship``) or head-to-head
+    (``flagship_h2h``) made on ``gpus`` GPUs (default 2, the book's; 1: the one-GPU record)."""
+    return results.recorded(name, gpus=gpus)
 
 
 def setup(row: dict) -> str:
@@ -57,7 +57,7 @@ def setup(row: dict) -> str:
     return " · ".join(parts + [f"mbs {row['micro_batch']}"])
 
 
-def table_rows(record: dict) -> list[dict]:
+def table_rows(record: FlagshipRecord) -> list[dict]:
     """The book's table of a record: one row per run, recomputed from the ranks' results."""
     rows = []
     for run in record["runs"]:
@@ -107,7 +107,7 @@ def kernel_row(name: str, step_ms: float, ms: dict[str, float], idle_ms: float) 
     return row | {h: round(ms[c], 1) for c, h in KERNEL_HEADERS.items() if c in ms}
 
 
-def kernel_rows(record: dict) -> list[dict]:
+def kernel_rows(record: FlagshipRecord) -> list[dict]:
     """Rank 0's profiled device time per step by kind of kernel
     (helpers.train.profiling.kernel_classes), per run (:func:`kernel_row`).
 
@@ -132,7 +132,7 @@ def columns(rows: list[dict]) -> list[str]:
     ]
 
 
-def figure(record: dict, target: float = 0.5):
+def figure(record: FlagshipRecord, target: float = 0.5):
     """MFU per run (book's count, bars; PaLM's count with every parameter, dots), FSDP2 grey,
     Colossal-AI blue; the target line."""
     import matplotlib.pyplot as plt

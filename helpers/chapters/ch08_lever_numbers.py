@@ -15,6 +15,7 @@ from __future__ import annotations
 from helpers.chapters.ch08_levers import by_name, ceiling, h2h_groups, loss_gap, rows
 from helpers.cost.mfu import H200_BF16_PEAK
 from helpers.record.flagship_levers import BASE_NAME
+from helpers.run.result_types.records import FlagshipRecord
 from helpers.train.fp8 import step_speedup
 
 LEVERS = {  # the lever record's rows: the short names the keys use, the fields the chapter quotes
@@ -67,7 +68,7 @@ SAME_RECORDING = (  # (row, row it is compared with): measured minutes apart on 
 )
 
 
-def _shape(record: dict) -> dict:
+def _shape(record: FlagshipRecord) -> dict:
     """The base run's Ψ_mm (parameters without the input embedding), layers, hidden size and the
     LM head's parameters (as many as the input embedding's)."""
     run = record["runs"][0]
@@ -80,7 +81,7 @@ def _idle(s: dict) -> float:
     return 1000 * s["seconds_per_step"] - sum(s["kernels"]["ms"].values())
 
 
-def lever_numbers(record: dict) -> dict:
+def lever_numbers(record: FlagshipRecord) -> dict:
     """Every row (``ch08-lever-<row>-…``): its gain over the base and the fields of
     :data:`LEVERS` (MFU, share of the measured reference rate, peak, step, idle time, run time,
     ms per step by kind of kernel); the rows recorded together compared directly; the base's and
@@ -178,7 +179,7 @@ def _recompute_numbers(s: dict, base: dict, bigger: dict, shape: dict) -> dict:
     }
 
 
-def lever_h2h_numbers(record: dict) -> dict:
+def lever_h2h_numbers(record: FlagshipRecord) -> dict:
     """The best levers under both frameworks over alternated rounds: medians, MFU, spread, the
     ratio, and the Colossal-AI median's share of the reference rate measured in that recording."""
     groups = {g["framework"]: g for g in h2h_groups(record) if g["median"]}
@@ -211,7 +212,7 @@ def trace_numbers(s: dict, model: dict[str, float]) -> dict:
     }
 
 
-def fp8_numbers(record: dict, fp8_kernel_count: int) -> dict:
+def fp8_numbers(record: FlagshipRecord, fp8_kernel_count: int) -> dict:
     """bf16 against FP8 through ``torch._scaled_mm`` on the same batches: speed, peak, the
     largest loss gap and over how many steps, and the kernels that grew or shrank."""
     runs = rows(record)
@@ -235,7 +236,7 @@ def fp8_numbers(record: dict, fp8_kernel_count: int) -> dict:
     return out
 
 
-def reference_rate_rows(record: dict) -> list[dict]:
+def reference_rate_rows(record: FlagshipRecord) -> list[dict]:
     """For the appendix: the bf16 matmul rate measured in each recording that made rows of the
     lever record, with the rows it made."""
     from helpers.chapters.ch08_levers import run_ceiling

@@ -9,9 +9,11 @@ the runs' rows (:func:`helpers.record.flagship_levers.row`). The figures are in
 
 from __future__ import annotations
 
+from helpers.record import results
 from helpers.record.flagship_levers import MATMUL_CEILING_TFLOPS, PARTS, row
 from helpers.cost.mfu import H200_BF16_PEAK
 from helpers.record.flagship_summary import compare
+from helpers.run.result_types.records import FlagshipRecord, FlagshipRun
 
 COLUMNS = [
     "run",
@@ -26,21 +28,19 @@ COLUMNS = [
 ]
 
 
-def recorded(name: str) -> dict | None:
-    """A one-GPU record (``flagship_levers``, ``flagship_levers_h2h``, ``flagship_fp8``) or
-    None."""
-    from helpers.record.results import recorded as find_record
-
-    return find_record(name, gpus=1)
+def recorded(name: str) -> FlagshipRecord | None:
+    """:func:`helpers.record.results.recorded` on one GPU: ``flagship_levers``,
+    ``flagship_levers_h2h``, ``flagship_fp8``."""
+    return results.recorded(name, gpus=1)
 
 
-def ceiling(record: dict) -> float:
+def ceiling(record: FlagshipRecord) -> float:
     """The record's measured bf16 matmul ceiling in TFLOP/s (the default where none was
     measured)."""
     return record.get("matmul_ceiling_tflops") or MATMUL_CEILING_TFLOPS
 
 
-def run_ceiling(run: dict, record: dict) -> float:
+def run_ceiling(run: FlagshipRun, record: dict) -> float:
     """The matmul ceiling measured in the invocation that made ``run``: its own field, else the
     one its stored summary was computed with (a run merged from an earlier invocation), else the
     record's."""
@@ -52,7 +52,7 @@ def run_ceiling(run: dict, record: dict) -> float:
     return ceiling(record)
 
 
-def rows(record: dict) -> list[dict]:
+def rows(record: FlagshipRecord) -> list[dict]:
     """Every run of a record as :func:`helpers.record.flagship_levers.row`, each against the
     ceiling measured in its own invocation (:func:`run_ceiling`)."""
     return [row(r["name"], r, run_ceiling(r, record)) for r in record["runs"]]
@@ -77,7 +77,7 @@ def table_row(s: dict) -> dict:
     }
 
 
-def kernel_rows(record: dict) -> list[dict]:
+def kernel_rows(record: FlagshipRecord) -> list[dict]:
     """The profiled step of every run that has one, by kind of kernel
     (:func:`helpers.chapters.ch08_flagship.kernel_row`); ``idle``: the step time no kernel
     covered."""
@@ -92,29 +92,29 @@ def kernel_rows(record: dict) -> list[dict]:
     return out
 
 
-def lever_rows(record: dict) -> list[dict]:
+def lever_rows(record: FlagshipRecord) -> list[dict]:
     """The lever record's table rows, in the order run."""
     return [table_row(s) for s in rows(record)]
 
 
-def by_name(record: dict) -> dict[str, dict]:
+def by_name(record: FlagshipRecord) -> dict[str, dict]:
     """The record's rows by run name."""
     return {s["name"]: s for s in rows(record)}
 
 
-def gain(record: dict, name: str, base: str) -> float:
+def gain(record: FlagshipRecord, name: str, base: str) -> float:
     """Throughput of run ``name`` over run ``base`` in one record."""
     runs = by_name(record)
     return runs[name]["tokens_per_s_per_gpu"] / runs[base]["tokens_per_s_per_gpu"]
 
 
-def h2h_groups(record: dict) -> list[dict]:
+def h2h_groups(record: FlagshipRecord) -> list[dict]:
     """The head-to-head's verdict: per run its rounds, median, MFU of the median, spread and
     ratio to FSDP2 (:func:`helpers.record.flagship_summary.compare`)."""
     return compare(rows(record))
 
 
-def h2h_rows(record: dict) -> list[dict]:
+def h2h_rows(record: FlagshipRecord) -> list[dict]:
     """The verdict as table rows."""
     return [
         {
@@ -132,7 +132,7 @@ def h2h_rows(record: dict) -> list[dict]:
     ]
 
 
-def first_round(record: dict, framework: str) -> dict:
+def first_round(record: FlagshipRecord, framework: str) -> dict:
     """The first valid round of ``framework``'s run (the one with the profile, trace and memory
     snapshot)."""
     return next(s for s in rows(record) if s["ok"] and s["framework"] == framework)
@@ -156,7 +156,7 @@ def loss_gap(a: dict, b: dict) -> tuple[float, int]:
     return max(abs(x - y) for x, y in pairs), len(pairs)
 
 
-def fp8_rows(record: dict) -> list[dict]:
+def fp8_rows(record: FlagshipRecord) -> list[dict]:
     """The FP8 record: speed, memory, the loss after 20+ steps and its largest gap to bf16's."""
     runs = rows(record)
     bf16 = next(s for s in runs if s["ok"] and s.get("fp8") == "none")

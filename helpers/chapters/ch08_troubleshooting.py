@@ -13,16 +13,16 @@ from __future__ import annotations
 
 import math
 
+from helpers.record import results
+from helpers.run.result_types.records import FlagshipRun, Record
 from helpers.train.reference import loss_verdict, mean_losses
 
 RECORD_COMMAND = "python -m helpers.record ch08 --record --only {part}"
 
 
-def recorded(part: str, gpus: int = 2) -> dict | None:
-    """The newest GPU record ``ch08_<part>`` made on ``gpus`` GPUs (the chapter's two), or None."""
-    from helpers.record.results import recorded as find_record
-
-    return find_record("ch08", part, gpus=gpus)
+def recorded(part: str, gpus: int = 2) -> Record | None:
+    """:func:`helpers.record.results.recorded`: ``ch08_<part>`` on ``gpus`` GPUs (default 2)."""
+    return results.recorded("ch08", part, gpus=gpus)
 
 
 def missing(part: str) -> str:
@@ -32,11 +32,12 @@ def missing(part: str) -> str:
     )
 
 
-def _runs(record: dict) -> list[dict]:
+def _runs(record: Record) -> list[FlagshipRun]:
+    """The runs of ``helpers.demos.ch08_train`` (a record's other entries carry no ``name``)."""
     return [r for r in record["runs"] if "name" in r]
 
 
-def point(run: dict) -> dict:
+def point(run: FlagshipRun) -> dict:
     """The numbers of one recorded run: rank 0's throughput and MFU, the peak over ranks, each
     rank's profile, the loss verdict; ``oom`` when a rank ran out of memory, ``failed`` when it did
     not run."""
@@ -72,7 +73,7 @@ def points(part: str) -> list[dict]:
     return [] if record is None else [point(r) for r in _runs(record)]
 
 
-def _summary(run: dict) -> dict:
+def _summary(run: FlagshipRun) -> dict:
     p = point(run)
     row = {"run": run["name"], "ok": "yes" if run.get("ok") else "FAILED"}
     if p["failed"]:
@@ -112,7 +113,7 @@ def first_nonfinite_step(losses: list[float]) -> int | None:
     return next((k + 1 for k, x in enumerate(losses) if x is None or not math.isfinite(x)), None)
 
 
-def async_reduce(run: dict) -> bool:
+def async_reduce(run: FlagshipRun) -> bool:
     """Whether a Gemini run kept its asynchronous gradient reduce-scatter: the recorded plugin
     kwargs' ``enable_async_reduce``, else GeminiPlugin's default (True in Colossal-AI 0.5.0)."""
     return next(

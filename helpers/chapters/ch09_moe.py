@@ -11,9 +11,10 @@ import matplotlib.pyplot as plt
 from helpers.chapters.ch09_records import failure_line, first_rank
 from helpers.cost.moe import buffer_slots, dispatch_bytes
 from helpers.figures.style import DPI, RANK_COLOURS
+from helpers.run.result_types.ch09 import MoeResult
 
 
-def bytes_rows(results: list[dict]) -> list[dict]:
+def bytes_rows(results: list[MoeResult]) -> list[dict]:
     """Per rank: the bytes its all-to-alls handed to gloo for other ranks, forward and backward,
     against two all-to-alls of :func:`helpers.cost.moe.dispatch_bytes` each (dispatch and combine;
     backward: their gradients)."""
@@ -49,7 +50,7 @@ def saved_growth(low: list[dict], high: list[dict]) -> dict:
     return {"slots": slots, "counted": sorted(counted), "formula": formula}
 
 
-def moe_load_figure(results: list[dict]):
+def moe_load_figure(results: list[MoeResult]):
     """Tokens routed to each expert, stacked by the rank they came from; the line is the capacity
     of one rank's group, so a bar segment above it is partly dropped."""
     experts = results[0]["experts"]

@@ -21,6 +21,7 @@ import yaml
 
 from helpers.figures.style import DPI
 from helpers.parallel.ep import MoELayer, imbalance, toy_batch, update_bias
+from helpers.run.result_types.ch09 import MoeBalanceResult
 
 RUNS = ("none", "aux:0.01", "aux:0.1", "bias:0.005")
 SETTINGS = dict(experts=8, k=2, tokens=64, hidden=16, ffn=32, capacity_factor=1.0, skew=3.0)
@@ -85,7 +86,7 @@ def reference(world: int = 4, runs=RUNS, **settings) -> list[dict]:
     return out
 
 
-def by_run(results: list[dict]) -> list[dict]:
+def by_run(results: list[MoeBalanceResult]) -> list[dict]:
     """The launched ranks' results as :func:`reference` gives them: per run, lists over ranks."""
     ranks = sorted(results, key=lambda r: r["rank"])
     out = []

@@ -11,6 +11,7 @@ import matplotlib.pyplot as plt
 
 from helpers.chapters.ch09_records import first_rank, run_status
 from helpers.figures.style import DPI, RANK_COLOURS
+from helpers.run.result_types.ch09 import DistCeResult
 
 
 def nan_rows(runs: list[dict]) -> list[dict]:
@@ -51,7 +52,7 @@ def nan_rows(runs: list[dict]) -> list[dict]:
     return rows
 
 
-def dist_ce_rows(results: list[dict]) -> list[dict]:
+def dist_ce_rows(results: list[DistCeResult]) -> list[dict]:
     """One row per margin of ``helpers.demos.ch09_dist_ce`` (rank 0's RESULT lines): the loss and
     the target logit's gradient, exact (float64) and from Colossal-AI's ``cross_entropy_1d`` in
     bf16, PyTorch's bf16 gradient, and the sum of Colossal-AI's gradient over the vocabulary (0
@@ -72,7 +73,7 @@ def dist_ce_rows(results: list[dict]) -> list[dict]:
     ]
 
 
-def first_zero_gradient(results: list[dict]) -> dict:
+def first_zero_gradient(results: list[DistCeResult]) -> dict:
     """The first margin at which Colossal-AI's bf16 gradient of the target logit is exactly 0:
     ``{"margin", "exact_grad", "exact_loss"}`` (the exact float64 gradient and loss there); raises
     when it never is (the demo is there to show that it is)."""

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from helpers.record import results
 from helpers.record.results import describe
+from helpers.run.result_types.records import Record
 
 
-def recorded(part: str, gpus: int = 2) -> dict | None:
+def recorded(part: str, gpus: int = 2) -> Record | None:
     """The record of one part (``ch09_<part>``) made on ``gpus`` GPUs (default 2, the chapter's; 1:
     the one-GPU record of ``--gpus 1``); failing that, that part's runs of the quick smoke recording
     (``ch09_quick``, small models, marked ``quick``); None when neither exists."""

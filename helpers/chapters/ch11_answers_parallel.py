@@ -69,6 +69,14 @@ def dtensor_local_elements(shape: list, placements: list, mesh: list) -> int:
     return math.prod(local_shape(shape, placements, mesh))
 
 
+def reshard_pieces(shape: list, saved: list, loaded: list) -> int:
+    """Saved blocks one rank reads from when a DCP checkpoint of a weight split into ``saved``
+    blocks (rows × columns) loads into ``loaded`` blocks (Chapter 5's block arithmetic)."""
+    from helpers.chapters.ch05_dcp import reshard_reads  # the runs' module: imported on demand
+
+    return reshard_reads(shape, saved, loaded)["per_rank"]
+
+
 # --- pipelines
 
 

@@ -15,6 +15,7 @@ from torch.utils.data import TensorDataset
 from helpers.models.llama import build_llama, llama_config, token_batch
 from helpers.run import cli
 from helpers.run.env import distributed, emit, say
+from helpers.run.result_types.ch01 import ColossalDdpResult
 from helpers.train.plugin_step import train_ddp
 from helpers.train.reference import train_reference
 
@@ -46,6 +47,7 @@ def main() -> None:
                 say(f"step {k}: loss {a:.4f}  single-process reference {b:.4f}")
         assert worst < 1e-4, f"DDP loss differs from the reference by {worst:.2e}"
         emit(
+            ColossalDdpResult,
             losses=[round(x, 4) for x in parallel],
             reference=[round(x, 4) for x in reference],
             max_diff=worst,

@@ -21,6 +21,7 @@ import torch.nn as nn
 from helpers.models.mlp import tiny_mlp
 from helpers.run import cli
 from helpers.run.env import distributed, emit, say
+from helpers.run.result_types.ch01 import DpResult
 from helpers.train.reference import check_close, global_max, randn, sig, strict_fp32
 
 
@@ -102,6 +103,7 @@ def main() -> None:
             )
             say("OK: data parallel matches the single-process reference")
         emit(
+            DpResult,
             world_size=D,
             global_batch=B,
             local_batch=b,

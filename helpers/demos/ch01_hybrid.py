@@ -18,6 +18,7 @@ from helpers.models.llama import build_llama, llama_config, token_batch
 from helpers.parallel.vocab import DTYPES
 from helpers.run import cli
 from helpers.run.env import distributed, emit, say
+from helpers.run.result_types.ch01 import HybridResult
 from helpers.train.plugin_step import train_plugin
 from helpers.train.reference import train_reference_mixed
 
@@ -100,7 +101,7 @@ def main() -> None:
                     f"parallel loss drifts from the single-GPU reference by {worst:.2e}"
                 )
             result.update(expect_drift=args.expect_drift)
-        emit(**result)
+        emit(HybridResult, **result)
 
 
 if __name__ == "__main__":

@@ -34,6 +34,7 @@ import torch
 from helpers.models.llama import build_llama, llama_config, token_batch
 from helpers.run import cli
 from helpers.run.env import distributed, emit, say
+from helpers.run.result_types.ch01 import MaskReplayResult, MaskSmallResult, MaskViewResult
 from helpers.train.reference import train_reference
 
 RECORDED = dict(layers=4, hidden=256, heads=8, vocab=128)  # helpers/demos/ch01_hybrid.py
@@ -119,16 +120,22 @@ def main() -> None:
         recorded = models(RECORDED, dev)
         batches = [to(token_batch(k, 8, 256, RECORDED["vocab"])) for k in range(args.steps)]
         for attn, model in recorded.items():
-            emit(part="mask", attn=attn, seq=256, **first_layer_view(model, batches[0]))
+            emit(
+                MaskViewResult,
+                part="mask",
+                attn=attn,
+                seq=256,
+                **first_layer_view(model, batches[0]),
+            )
         for attn, model in recorded.items():
             losses = train_reference(copy.deepcopy(model), batches, 1e-3)
-            emit(part="replay", attn=attn, losses=losses)
+            emit(MaskReplayResult, part="replay", attn=attn, losses=losses)
         small = models(SMALL, dev)
         batches = [to(token_batch(k, 8, 64, SMALL["vocab"])) for k in range(args.small_steps)]
         test = to(token_batch(10_000, 8, 64, SMALL["vocab"]))
         for attn, model in small.items():
             losses = train_reference(model, batches, 3e-3)
-            emit(part="small", attn=attn, losses=losses, **evaluate(model, test))
+            emit(MaskSmallResult, part="small", attn=attn, losses=losses, **evaluate(model, test))
 
 
 if __name__ == "__main__":

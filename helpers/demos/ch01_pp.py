@@ -27,6 +27,7 @@ from helpers.models.mlp import run_blocks, tanh_blocks
 from helpers.parallel.pp import bubble_fraction, gpipe_order, split_layers
 from helpers.run import cli
 from helpers.run.env import distributed, emit, say
+from helpers.run.result_types.ch01 import PpResult
 from helpers.train.reference import check_close, global_max, randn, sig, strict_fp32
 
 
@@ -115,6 +116,7 @@ def main() -> None:
             say(f"max |grad - reference grad| over all stages = {grad_diff:.2e}")
             say("OK: the pipeline matches the unsplit model")
         emit(
+            PpResult,
             world_size=p,
             num_layers=L,
             layers_per_stage=L // p,

@@ -40,6 +40,7 @@ from helpers.parallel.pp_schedules import (
 )
 from helpers.run import cli
 from helpers.run.env import distributed, emit, say
+from helpers.run.result_types.ch01 import PpColossalResult, PpEventsResult, PpScheduleResult
 from helpers.train.reference import check_close, global_max, randn, sig, strict_fp32
 from helpers.models.llama import build_llama, llama_config, token_batch
 
@@ -117,6 +118,7 @@ def main() -> None:
                     f"(reference {sig(ref_loss.item())}), max grad diff {diff:.1e}: OK"
                 )
             emit(
+                PpScheduleResult,
                 schedule=name,
                 stages=p,
                 chunks=c,
@@ -133,13 +135,13 @@ def main() -> None:
             )
             for i, events in enumerate(runs):  # short lines: torchrun can pass on a long one cut
                 for clock, part in events.items():
-                    emit(schedule=name, repeat=i, clock=clock, events=part)
+                    emit(PpEventsResult, schedule=name, repeat=i, clock=clock, events=part)
         if args.colossal:
             reports = colossal(env, p, m)
             if r == 0:
                 for rep in reports:
                     say(f"Colossal-AI {rep['step']}: " + ("ran" if rep["ok"] else rep["error"]))
-            emit(colossal=reports)
+            emit(PpColossalResult, colossal=reports)
 
 
 def rounded(events: list) -> list:

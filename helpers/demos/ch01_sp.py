@@ -30,6 +30,7 @@ from helpers.parallel.mesh import RankMesh
 from helpers.parallel.sp import causal_attention, heads_to_seq, seq_to_heads
 from helpers.run import cli
 from helpers.run.env import distributed, emit, say
+from helpers.run.result_types.ch01 import SpResult
 from helpers.train.reference import check_close, global_max, randn, sig, strict_fp32
 
 
@@ -157,6 +158,7 @@ def main() -> None:
             say(f"max |weight grad - reference| = {w_diff:.2e}")
             say("OK: Ulysses attention matches full single-process attention")
         emit(
+            SpResult,
             world_size=P,
             batch=b,
             seq_len=s,

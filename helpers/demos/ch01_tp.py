@@ -23,6 +23,7 @@ from helpers.models.mlp import gelu_mlp
 from helpers.parallel.tp import f, g, shard
 from helpers.run import cli
 from helpers.run.env import distributed, emit, say
+from helpers.run.result_types.ch01 import TpResult
 from helpers.train.reference import check_close, global_max, randn, sig, strict_fp32
 
 
@@ -118,6 +119,7 @@ def main() -> None:
                 say(f"max |grad {k} - {which}| = {v:.2e}")
             say("OK: tensor parallel matches the unsplit MLP")
         emit(
+            TpResult,
             world_size=P,
             hidden=h,
             ffn=ffn,

@@ -29,6 +29,7 @@ from helpers.parallel.tp import mlp_block
 from helpers.parallel.zero import Zero1Adam, adam_step_
 from helpers.run import cli
 from helpers.run.env import distributed, emit, say
+from helpers.run.result_types.ch02 import ThreeDResult
 from helpers.train.grid3d import compare_shards, pipeline_step, place
 from helpers.train.reference import check_close, global_max, randn, sig, strict_fp32
 
@@ -122,6 +123,7 @@ def main() -> None:
                 )
             say("OK: the 3-D run matches the unsplit model")
         emit(
+            ThreeDResult,
             coords=c,
             groups={axis: mesh.group_of(env.rank, axis) for axis in ("dp", "pp", "tp")},
             layers=stages[c["pp"]],

@@ -16,6 +16,7 @@ on CPU/gloo; training with it needs CUDA). Results: one ``RESULT`` per rank, com
 from helpers.parallel.layouts import Layout
 from helpers.run import cli
 from helpers.run.env import distributed, emit, say
+from helpers.run.result_types.ch02 import MeshResult
 from helpers.run.groups import mesh_groups, plugin_groups
 
 
@@ -42,7 +43,7 @@ def main() -> None:
                 f"{layout} on {env.world_size} ranks ({env.backend}); mesh axes {axes}, "
                 f"shape {pg_mesh.shape}"
             )
-        emit(**result)
+        emit(MeshResult, **result)
 
 
 if __name__ == "__main__":

@@ -26,22 +26,16 @@ from helpers.parallel import device_mesh as dm
 from helpers.parallel.tp import mlp_block, mlp_blocks
 from helpers.run import cli
 from helpers.run.env import distributed, emit, say
+from helpers.run.result_types.ch02 import TorchMeshResult
 from helpers.train.reference import check_close, randn, sig, strict_fp32
 
-# the unsplit tensor behind each nn.Linear parameter of a block, and whether it is transposed
-_SOURCE = {
-    "up.weight": ("A", True),
-    "up.bias": ("a", False),
-    "down.weight": ("B", True),
-    "down.bias": ("b", False),
-}
+# the unsplit tensor behind each nn.Linear parameter of a block (the same (out, in) layout)
+_SOURCE = {"up.weight": "w1", "up.bias": "b1", "down.weight": "w2", "down.bias": "b2"}
 
 
 def _reference_of(name: str, full, what: str) -> torch.Tensor:
     _, i, rest = name.split(".", 2)
-    key, transposed = _SOURCE[rest]
-    t = getattr(full[int(i)][key], what)
-    return t.T if transposed else t
+    return getattr(full[int(i)][_SOURCE[rest]], what)
 
 
 def _checked(when: str, got: dict[str, torch.Tensor], full, what: str) -> float:
@@ -146,6 +140,7 @@ def main() -> None:
             )
             say("OK: FSDP2 + tensor parallel on the 2-D DeviceMesh match the unsplit model")
         emit(
+            TorchMeshResult,
             axes=list(axes),
             torch_coords=[int(c) for c in mesh.get_coordinate()],
             colossal_coords=[int(c) for c in pg_mesh.coordinate()],

@@ -26,6 +26,7 @@ from torch.profiler import ProfilerActivity
 from helpers.parallel.tp import mlp_block
 from helpers.run import cli
 from helpers.run.env import distributed, emit, say, sync
+from helpers.run.result_types.ch02 import TraceResult
 from helpers.train.grid3d import compare_shards, pipeline_step, place
 from helpers.train.reference import global_max, randn, strict_fp32
 from helpers.train.trace import from_profile, profiled
@@ -99,6 +100,7 @@ def main() -> None:
                     f"compute; {trace.collectives} collectives; gradients within {worst:.1e}"
                 )
             emit(
+                TraceResult,
                 order=order,
                 coords=c,
                 trace=trace.to_json(),

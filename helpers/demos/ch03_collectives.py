@@ -27,6 +27,7 @@ from helpers.run.collectives import (
     parse_size,
 )
 from helpers.run.env import distributed, emit, say
+from helpers.run.result_types.ch03 import CollectiveResult
 
 
 def main() -> None:
@@ -74,6 +75,7 @@ def main() -> None:
             for name, size, t, alg, bus, fastest in rows:
                 say(f"{name:<24}{size:>10}{t * 1e6:>12.1f}{alg / 1e9:>12.3f}{bus / 1e9:>12.3f}")
                 emit(
+                    CollectiveResult,
                     collective=name,
                     size_bytes=size,
                     n=n,

@@ -21,6 +21,7 @@ import torch.distributed as dist
 from helpers.models.llama import build_llama, llama_config, llama_params
 from helpers.run import cli
 from helpers.run.env import distributed, emit, say
+from helpers.run.result_types.ch03 import LayoutResult
 from helpers.train.plugin_step import layouts_plugin, time_steps
 
 GPU_MODEL = dict(layers=8, hidden=2048, heads=16, vocab=32000, seq=1024, batch=16)
@@ -91,6 +92,7 @@ def main() -> None:
                 f"peak {peak_t.item():.2f} GiB"
             )
         emit(
+            LayoutResult,
             tp=args.tp,
             pp=args.pp,
             sp=args.sp,

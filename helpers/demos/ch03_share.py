@@ -20,6 +20,7 @@ import torch
 
 from helpers.run import cli
 from helpers.run.env import distributed, emit, say
+from helpers.run.result_types.ch03 import ShareResult
 from helpers.train.share_cases import CPU_CASES, CPU_MODEL, GPU_CASES, GPU_MODEL, parse_cases
 from helpers.train.share_cases import run_case
 
@@ -71,7 +72,7 @@ def main() -> None:
                     f"{layout:<6}{batch:>6}{r['t_step'] * 1e3:>10.2f}{r['t_compute'] * 1e3:>12.2f}"
                     f"{r['t_comm'] * 1e3:>10.2f}{r['share']:>8.2f}{r['tokens_per_s']:>12.0f}"
                 )
-                emit(**r)
+                emit(ShareResult, **r)
 
 
 if __name__ == "__main__":

@@ -32,6 +32,7 @@ import torch.distributed as dist
 
 from helpers.run import cli
 from helpers.run.env import distributed, emit, say
+from helpers.run.result_types.ch05 import DcpLoadResult, DcpSaveResult
 from helpers.train import dcp_reshard as dr
 
 WEIGHT = "model.layers.0.mlp.down_proj.weight"  # split 2-D under dp2xtp2: rows by D, columns by T
@@ -114,6 +115,7 @@ def main() -> None:
     if not 0 < args.save_at < args.steps:
         raise SystemExit(f"--save_at must be between 1 and --steps - 1, not {args.save_at}")
     with distributed() as env:
+        common = dict(phase=args.phase, world_size=env.world_size, weight=WEIGHT)
         if args.phase == "save":
             if args.dir is None:
                 args.dir = tempfile.mkdtemp(prefix="ch05-dcp-") if env.rank == 0 else ""
@@ -124,13 +126,14 @@ def main() -> None:
             if env.rank == 0:
                 out["saved_chunks"] = dr.saved_chunks(f"{args.dir}/sync", "model." + WEIGHT)
                 say(f"saved {args.layout} at step {args.save_at} to {args.dir}")
+            emit(DcpSaveResult, dir=args.dir, **common, **out)
         else:
             if args.dir is None:
                 raise SystemExit("--phase load needs --dir, the folder the save phase wrote")
             out = load_phase(args, env)
             if env.rank == 0:
                 say(f"resumed {', '.join(args.layouts)} from {args.dir} at step {args.save_at}")
-        emit(phase=args.phase, dir=args.dir, world_size=env.world_size, weight=WEIGHT, **out)
+            emit(DcpLoadResult, dir=args.dir, **common, **out)
 
 
 if __name__ == "__main__":

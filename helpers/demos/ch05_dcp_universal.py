@@ -16,6 +16,7 @@ import logging
 
 from helpers.run import cli
 from helpers.run.env import distributed, emit, say
+from helpers.run.result_types.ch05 import DsUniversalResult
 from helpers.train import deepspeed_run as dsr
 from helpers.train import ds_universal as du
 
@@ -50,7 +51,7 @@ def main() -> None:
                 out["losses"] = du.train(eng, d, r_d, range(args.save_at, args.steps))
         if env.rank == 0:
             say(f"{args.phase}: ZeRO-{args.zero}, T={args.tp}, D={d}: {out.get('error', 'ok')}")
-        emit(phase=args.phase, deepspeed=deepspeed.__version__, **out)
+        emit(DsUniversalResult, phase=args.phase, deepspeed=deepspeed.__version__, **out)
 
 
 if __name__ == "__main__":

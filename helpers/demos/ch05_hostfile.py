@@ -16,6 +16,7 @@ import torch.distributed as dist
 
 from helpers.run import cli
 from helpers.run.env import distributed, emit, say
+from helpers.run.result_types.ch05 import HostfileResult
 
 
 def main() -> None:
@@ -33,7 +34,7 @@ def main() -> None:
         say(f"rank {env.rank} of {env.world_size} up on {env.backend}")
         x = torch.tensor([float(env.rank)])
         dist.all_reduce(x)
-        emit(sum=float(x.item()), host=host, resolves=resolves, ifname=ifname)
+        emit(HostfileResult, sum=float(x.item()), host=host, resolves=resolves, ifname=ifname)
 
 
 if __name__ == "__main__":

@@ -40,6 +40,7 @@ from helpers.parallel.tp import mlp_blocks, shard_mlp_blocks
 from helpers.run import cli
 from helpers.run.collectives import link_rates, pair_rows, parse_size
 from helpers.run.env import distributed, emit, say
+from helpers.run.result_types.ch05 import MeshOrderLinkResult, MeshOrderResult
 from helpers.cluster.mesh_orders import ORDERS, order_groups
 from helpers.train.grid3d import check_unsplit, timed_step
 from helpers.train.reference import randn, strict_fp32
@@ -132,8 +133,9 @@ def main() -> None:
             for order in ORDERS:
                 step_ms = 1e3 * statistics.median(t for t, _ in timings[order])
                 say(f"{order}: median step {step_ms:.1f} ms on rank 0")
-            emit(link=rates, rows=rows)
+            emit(MeshOrderLinkResult, link=rates, rows=rows)
         emit(
+            MeshOrderResult,
             timings=timings,
             checks=checks,
             groups=mine,

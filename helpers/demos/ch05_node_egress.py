@@ -35,6 +35,7 @@ import torch.distributed as dist
 from helpers.run import cli
 from helpers.run.collectives import link_rates, parse_size
 from helpers.run.env import distributed, emit, say
+from helpers.run.result_types.ch05 import NodeEgressHostResult, NodeEgressResult
 
 
 def numbers(elems: int, seed: int) -> torch.Tensor:
@@ -115,6 +116,7 @@ def main() -> None:
                 say(f"N = {key.split('/')[0]}, {key.split('/')[1]} B: {min(times):.3f} s fastest")
             say(f"every all-reduce equals the sum computed alone: {bool(ok)}")
             emit(
+                NodeEgressResult,
                 link=rates,
                 per_host=per_host,
                 members={str(n): m for n, (m, _) in groups.items()},
@@ -123,7 +125,7 @@ def main() -> None:
                 all_correct=bool(ok),
             )
         if env.rank % per_host == 0:
-            emit(host=env.rank // per_host, egress=egress)
+            emit(NodeEgressHostResult, host=env.rank // per_host, egress=egress)
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ import torch.distributed as dist
 
 from helpers.run import cli
 from helpers.run.env import emit, say
+from helpers.run.result_types.ch05 import SlurmResult
 
 # What each launcher tells a rank about itself (None where that launcher sets nothing).
 SEEN = ("SLURM_PROCID", "SLURM_NPROCS", "SLURM_NODEID", "SLURM_LOCALID", "SLURM_JOB_ID",
@@ -51,6 +52,7 @@ def main() -> None:
     dist.all_reduce(x)
     say(f"rank {rank} of {world} on {socket.gethostname()} via {args.via}: sum {x.item():g}")
     emit(
+        SlurmResult,
         rank=rank,
         world_size=world,
         via=args.via,

@@ -14,6 +14,7 @@ throughput, memory and the communication-wait share every ``--log_interval`` ste
 
 from helpers.run import cli
 from helpers.run.env import distributed, emit
+from helpers.run.result_types.ch05 import TrainResult
 from helpers.train.loop import train
 from helpers.train.run_config import parse_args
 
@@ -24,7 +25,7 @@ def main(argv=None) -> None:
         result, plugin = train(args, env)
         keep(plugin)
         if env.rank == 0:
-            emit(**result)
+            emit(TrainResult, **result)
 
 
 if __name__ == "__main__":

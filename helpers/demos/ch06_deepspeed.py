@@ -21,6 +21,7 @@ import torch.distributed as dist
 from helpers.config.loading import load_config
 from helpers.run import cli
 from helpers.run.env import distributed, emit, say
+from helpers.run.result_types.ch06 import DeepSpeedResult
 from helpers.train import deepspeed_run as dsr
 
 CONFIG = Path(__file__).resolve().parents[1] / "configs" / "ch06_deepspeed.yaml"
@@ -78,6 +79,7 @@ def main() -> None:
                 )
             say(f"every run within {dsr.TOLERANCE:g} of the single-process reference")
         emit(
+            DeepSpeedResult,
             deepspeed=deepspeed.__version__,
             backend=env.backend,
             world_size=env.world_size,

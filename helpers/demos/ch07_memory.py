@@ -29,6 +29,7 @@ from helpers.cost.census import leftover_tensors, optimizer_census
 from helpers.models.llama import build_llama
 from helpers.run import cli
 from helpers.run.env import distributed, emit, say, sync
+from helpers.run.result_types.ch07 import MemoryResult
 from helpers.train.layout_step import (
     CPU_ONLY,
     Trainer,
@@ -111,7 +112,7 @@ def main() -> None:
                 f"predicted {prediction['peak'] / MIB:.0f} MiB, "
                 f"{result['tokens_per_s']:.0f} tokens/s"
             )
-        emit(**result)
+        emit(MemoryResult, **result)
         del model, opt, booster, trainer
 
 

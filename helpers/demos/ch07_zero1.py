@@ -36,6 +36,7 @@ from helpers.cost.memory import predicted_optimizer_bytes
 from helpers.parallel.zero import adam_step_, comm_bytes_per_step, flat_layout
 from helpers.run import cli
 from helpers.run.env import distributed, emit, say
+from helpers.run.result_types.ch07 import Zero1Result
 from helpers.train.flat_buffer import check_grad_views, flat_buffers, nbytes
 from helpers.train.reference import check_close, global_max, randn, reference_adam_step
 from helpers.train.reference import strict_fp32
@@ -159,6 +160,7 @@ def main() -> None:
             )
             say("OK: ZeRO-1 matches unsharded Adam and holds 1/D of its optimizer state")
         emit(
+            Zero1Result,
             world_size=N,
             backend=env.backend,
             steps=args.steps,

@@ -30,6 +30,7 @@ import sys
 
 from helpers.run import cli
 from helpers.run.env import distributed, emit, say
+from helpers.run.result_types.ch08 import FlightResult
 from helpers.train import flight_labs as fl
 from helpers.train import flight_recorder as fr
 
@@ -66,7 +67,7 @@ def main() -> None:
         except Exception as e:  # the process group's timeout: report, then leave at once
             out.update(done=done, error=str(e).strip().splitlines()[0][:300])
             out["dumped"] = watchdog.reason if watchdog else ""
-            emit(**out)
+            emit(FlightResult, **out)
             if env.rank == 0:
                 say(f"{args.lab}: rank 0 stopped after {done[-1] if done else 'nothing'}")
             sys.stdout.flush()
@@ -74,7 +75,7 @@ def main() -> None:
         if watchdog:
             watchdog.stop()
         out.update(done=done, error="", dumped=watchdog.reason if watchdog else "")
-        emit(**out)
+        emit(FlightResult, **out)
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ import torch.distributed as dist
 
 from helpers.run import cli
 from helpers.run.env import distributed, emit, say
+from helpers.run.result_types.ch08 import NcclInfoResult
 
 ELEMENTS = 1 << 20  # 4 MiB of fp32 per collective
 
@@ -50,6 +51,7 @@ def main() -> None:
         if env.rank == 0:
             say(f"ran {len(ran)} collectives on {env.world_size} rank(s), NCCL {version}")
         emit(
+            NcclInfoResult,
             backend=env.backend,
             world_size=env.world_size,
             nccl_version=version,

@@ -21,6 +21,7 @@ import torch.distributed as dist
 
 from helpers.run import cli
 from helpers.run.env import distributed, emit, say
+from helpers.run.result_types.ch08 import NodesResult
 from helpers.train import elastic_job as job
 
 
@@ -61,7 +62,8 @@ def main() -> None:
                 say(f"step {done} done, loss {loss:.5f}")
             time.sleep(max(0.0, args.step_s - (time.monotonic() - began)))
         if env.rank == 0:
-            emit(steps=args.steps, resumed_from=start, weights_sha256=job.weights_hash(model),
+            emit(NodesResult, steps=args.steps, resumed_from=start,
+                 weights_sha256=job.weights_hash(model),
                  restart_count=int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")),
                  world_size=env.world_size)  # fmt: skip
 

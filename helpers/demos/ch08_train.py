@@ -25,6 +25,7 @@ import torch
 from helpers.parallel.train_layout import TrainLayout
 from helpers.run import cli
 from helpers.run.env import distributed, emit, say
+from helpers.run.result_types.ch08 import FrameworkTrainResult
 from helpers.train.framework_run import describe, divergence, layout_from, parser, run
 from helpers.train.framework_run import summary_line
 from helpers.train.layout_step import on_cpu
@@ -62,7 +63,7 @@ def main() -> None:
         reason = divergence(result, args.fail_on_divergence) if check else None
         if reason:  # on stdout, before the RESULT line: a rank's last stderr line can be lost
             say(f"the loss check failed: {reason}")
-        emit(**result)
+        emit(FrameworkTrainResult, **result)
         if reason:
             raise SystemExit(1)
 

@@ -17,6 +17,7 @@ import torch.distributed as dist
 
 from helpers.run import cli
 from helpers.run.env import distributed, emit, say
+from helpers.run.result_types.ch09 import DistCeResult
 from helpers.train.ce_check import TOKENS, VOCAB, logits_with_margin, torch_loss_and_target_grad
 
 
@@ -58,6 +59,7 @@ def main() -> None:
                     f"Colossal-AI {dist_target[0]:.2e}"
                 )
                 emit(
+                    DistCeResult,
                     margin=margin,
                     loss_exact=exact_loss,
                     loss_colossal=loss.item(),

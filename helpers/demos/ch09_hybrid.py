@@ -24,6 +24,7 @@ from helpers.models.llama import build_llama, llama_config, llama_params, token_
 from helpers.parallel.vocab import DTYPES
 from helpers.run import cli
 from helpers.run.env import distributed, emit, say
+from helpers.run.result_types.ch09 import HybridResult
 from helpers.train.benchmark import microbatches, parser, train_hybrid
 from helpers.train.presets import PRESETS, mfu
 from helpers.train.reference import train_reference_mixed
@@ -95,7 +96,7 @@ def main() -> None:
                 f"MFU {result['mfu']:.1%}, "
                 f"peak {result['peak_mib']:,.0f} MiB"
             )
-        emit(**result)
+        emit(HybridResult, **result)
 
 
 if __name__ == "__main__":

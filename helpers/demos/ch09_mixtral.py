@@ -28,6 +28,7 @@ from helpers.models.mixtral import expert_params, mixtral
 from helpers.parallel.vocab import DTYPES
 from helpers.run import cli
 from helpers.run.env import distributed, emit, say
+from helpers.run.result_types.ch09 import MixtralResult
 from helpers.train.moe_plugin import moe_plugin, parser, train_steps
 from helpers.train.reference import train_reference_mixed
 
@@ -92,7 +93,7 @@ def main() -> None:
                 f"peak {result['peak_mib']:,.0f} MiB, "
                 f"experts held {local_experts:,} of {experts_total:,}"
             )
-            emit(**result)
+            emit(MixtralResult, **result)
         del model, opt, booster
 
 

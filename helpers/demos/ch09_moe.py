@@ -26,6 +26,7 @@ import torch.distributed as dist
 from helpers.parallel.ep import MoELayer, PeerBytes, expert_data_grid, expert_parallel_forward
 from helpers.run import cli
 from helpers.run.env import distributed, emit, max_abs_diff, say
+from helpers.run.result_types.ch09 import MoeResult
 from helpers.train.moe_check import average_grads, group_tokens, objective, reference_grads
 
 
@@ -103,6 +104,7 @@ def main() -> None:
             f"max diff {max(diffs.values()):.1e}"
         )
         emit(
+            MoeResult,
             experts=args.experts,
             k=args.k,
             ep=ep,

@@ -35,6 +35,7 @@ from helpers.parallel.ep import (
 )
 from helpers.run import cli
 from helpers.run.env import distributed, emit, say
+from helpers.run.result_types.ch09 import MoeBalanceResult
 
 
 def parse_run(text: str) -> tuple[str, float]:
@@ -108,6 +109,7 @@ def main() -> None:
                 f"{dropped[0]} -> {dropped[-1]} of {args.k * args.tokens} choices (capacity {cap})"
             )
         emit(
+            MoeBalanceResult,
             runs=done,
             world=env.world_size,
             **{k: getattr(args, k) for k in ("experts", "k", "tokens", "hidden", "ffn")},

@@ -13,6 +13,7 @@ from helpers.models.data import datasets
 from helpers.models.resnet import model_for
 from helpers.run import cli
 from helpers.run.env import choose_backend, deterministic, emit, say
+from helpers.run.result_types.ch09 import ResnetEvalResult
 from helpers.train.resnet import accuracy
 
 
@@ -33,7 +34,13 @@ def main() -> None:
         f"Accuracy of the model on the {len(test_set)} test images after epoch {args.epoch}: "
         f"{acc * 100:.2f} %"
     )
-    emit(epoch=args.epoch, accuracy=round(acc, 4), data=args.data, test_images=len(test_set))
+    emit(
+        ResnetEvalResult,
+        epoch=args.epoch,
+        accuracy=round(acc, 4),
+        data=args.data,
+        test_images=len(test_set),
+    )
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ from torch.optim.lr_scheduler import MultiStepLR
 from helpers.models.data import datasets
 from helpers.models.resnet import model_for
 from helpers.run.env import deterministic, distributed, emit, say
+from helpers.run.result_types.ch09 import ResnetTrainResult
 from helpers.train.resnet import (
     BATCH_SIZE,
     LEARNING_RATE,
@@ -99,6 +100,7 @@ def main() -> None:
             say(f"Accuracy of the model on the {n} test images: {accuracy * 100:.2f} %")
             memory = torch.cuda.max_memory_allocated(env.device) / 2**20 if env.is_gpu else 0.0
             emit(
+                ResnetTrainResult,
                 plugin=args.plugin,
                 data=args.data,
                 world_size=env.world_size,

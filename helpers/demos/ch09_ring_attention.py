@@ -23,6 +23,7 @@ from helpers.parallel.cp import LAYOUTS, AllToAllCounter, Ring, positions, ring_
 from helpers.parallel.sp import causal_attention, heads_to_seq, seq_to_heads
 from helpers.run import cli
 from helpers.run.env import distributed, emit, say
+from helpers.run.result_types.ch09 import RingConfigResult, RingResult, UlyssesResult
 from helpers.train.reference import check_close, global_max, randn, strict_fp32
 
 
@@ -51,6 +52,7 @@ def plugin_groups() -> None:
             )
             config = plugin.shard_config
             emit(
+                RingConfigResult,
                 mode=mode,
                 sp_group=dist.get_process_group_ranks(plugin.sp_group),
                 tp_group=dist.get_process_group_ranks(plugin.tp_group),
@@ -99,6 +101,7 @@ def main() -> None:
             if r == 0:
                 say(f"  {layout}: max |output, dQ, dK, dV - reference| = {diff:.2e}")
             emit(
+                RingResult,
                 method="ring",
                 layout=layout,
                 world_size=S,
@@ -115,6 +118,7 @@ def main() -> None:
             if r == 0:
                 say(f"  Ulysses: {a} heads do not divide among {S} ranks; it cannot run here")
             emit(
+                UlyssesResult,
                 method="ulysses",
                 world_size=S,
                 ran=False,
@@ -135,6 +139,7 @@ def main() -> None:
             say(f"  Ulysses: max |output, dQ, dK, dV - reference| = {diff:.2e}")
             say("OK: ring attention (both layouts) and Ulysses match full attention")
         emit(
+            UlyssesResult,
             method="ulysses",
             world_size=S,
             ran=True,

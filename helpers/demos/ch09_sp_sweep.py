@@ -23,6 +23,7 @@ import torch.distributed as dist
 from helpers.models.llama import build_llama, llama_config
 from helpers.run import cli
 from helpers.run.env import distributed, emit, say
+from helpers.run.result_types.ch09 import SpSweepResult
 from helpers.train.presets import PRESETS, mfu
 from helpers.train.seq_sweep import out_of_memory, parser, steps_at, sweep_plugin
 
@@ -88,7 +89,7 @@ def main() -> None:
                         f"{name} seq {seq}: {row['tokens_per_s']:,} tokens/s, "
                         f"peak {row['peak_mib']:,.0f} MiB"
                     )
-                emit(**row)
+                emit(SpSweepResult, **row)
             if row["oom"]:
                 break
         del model, opt, booster

@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from helpers.models.mlp import run_blocks, tanh_blocks
 from helpers.parallel.pp import split_layers
 from helpers.run.env import distributed, emit, say
+from helpers.run.result_types.ch10 import PpLossResult
 from helpers.train.reference import randn, strict_fp32
 
 LAYERS, HIDDEN, MICRO, MICRO_BATCH, SEED = 4, 8, 4, 2, 0
@@ -55,6 +56,7 @@ def main() -> None:
             reference = F.mse_loss(run_blocks(layers, x), y).item()
         say(f"stage {r}: outputs['loss'] = {local}; after broadcast {shared.item():.6f}")
         emit(
+            PpLossResult,
             stage=r,
             last_stage=last,
             local_loss=local,

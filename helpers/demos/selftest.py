@@ -19,6 +19,7 @@ import torch.distributed as dist
 
 from helpers.run import cli
 from helpers.run.env import distributed, emit, say
+from helpers.run.result_types.selftest import SelftestPartResult, SelftestResult
 
 
 def main() -> None:
@@ -42,7 +43,11 @@ def main() -> None:
         if mode == "flood":
             for i in range(40):
                 say(f"rank {env.rank} result {i}")
-                emit(index=i, values=[env.rank * 100_000 + i * 1000 + k for k in range(1500)])
+                emit(
+                    SelftestPartResult,
+                    index=i,
+                    values=[env.rank * 100_000 + i * 1000 + k for k in range(1500)],
+                )
             return
         x = torch.tensor([float(env.rank)], device=env.device)
         dist.all_reduce(x)
@@ -52,6 +57,7 @@ def main() -> None:
             say(f"wrote {Path(args.out) / 'sum.txt'}")
         if mode != "silent":
             emit(
+                SelftestResult,
                 sum=float(x.item()),
                 backend=env.backend,
                 device=str(env.device),

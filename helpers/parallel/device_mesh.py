@@ -70,18 +70,18 @@ def from_colossal(pg_mesh, axes: tuple[str, ...], device_type: str):
 
 
 class Block(nn.Module):
-    """One Megatron MLP block ``x + GeLU(x A + a) B + b`` as two ``nn.Linear`` (weights A^T and
-    B^T)."""
+    """One Megatron MLP block ``x + GeLU(x W1^T + b1) W2^T + b2`` as two ``nn.Linear`` (the same
+    (out, in) weights)."""
 
     def __init__(self, p: dict[str, torch.Tensor]):
         super().__init__()
-        h, h4 = p["A"].shape
+        h4, h = p["w1"].shape
         self.up, self.down = nn.Linear(h, h4), nn.Linear(h4, h)
         with torch.no_grad():
-            self.up.weight.copy_(p["A"].T)
-            self.up.bias.copy_(p["a"])
-            self.down.weight.copy_(p["B"].T)
-            self.down.bias.copy_(p["b"])
+            self.up.weight.copy_(p["w1"])
+            self.up.bias.copy_(p["b1"])
+            self.down.weight.copy_(p["w2"])
+            self.down.bias.copy_(p["b2"])
 
     def forward(self, x):
         return x + self.down(F.gelu(self.up(x)))

@@ -30,6 +30,8 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
+from helpers.models.mlp import gelu_mlp
+
 
 class CommClock:
     """Seconds inside the all-reduces it is given (gloo on the CPU blocks until a collective is
@@ -110,43 +112,42 @@ def shard(t: torch.Tensor, dim: int, rank: int, world_size: int) -> torch.Tensor
 
 
 def mlp_blocks(layers: int, hidden: int, seed: int, device) -> list[dict[str, torch.Tensor]]:
-    """Chapter 2's 3-D demo: an unsplit stack of Megatron MLP blocks, A (h, 4h), a (4h,),
-    B (4h, h), b (h,); the same on every rank."""
+    """Chapter 2's 3-D demo: an unsplit stack of Megatron MLP blocks in ``nn.Linear``'s (out, in)
+    convention, as :func:`helpers.models.mlp.gelu_mlp`: w1 (4h, h) = A^T, b1 (4h,), w2 (h, 4h) =
+    B^T, b2 (h,); the same on every rank."""
     gen = torch.Generator().manual_seed(seed)
     blocks = []
     for _ in range(layers):
-        blocks.append(
-            {
-                "A": torch.randn(hidden, 4 * hidden, generator=gen) / hidden**0.5,
-                "a": torch.randn(4 * hidden, generator=gen) * 0.1,
-                "B": torch.randn(4 * hidden, hidden, generator=gen) / (4 * hidden) ** 0.5,
-                "b": torch.randn(hidden, generator=gen) * 0.1,
-            }
-        )
+        a = torch.randn(hidden, 4 * hidden, generator=gen) / hidden**0.5  # A (h, 4h)
+        b1 = torch.randn(4 * hidden, generator=gen) * 0.1
+        b = torch.randn(4 * hidden, hidden, generator=gen) / (4 * hidden) ** 0.5  # B (4h, h)
+        b2 = torch.randn(hidden, generator=gen) * 0.1
+        blocks.append({"w1": a.T.contiguous(), "b1": b1, "w2": b.T.contiguous(), "b2": b2})
     return [{k: v.to(device).requires_grad_() for k, v in blk.items()} for blk in blocks]
 
 
 def mlp_block(x, p, group=None, clock: CommClock | None = None):
-    """One MLP block; with ``group`` the tensor-parallel version (p holds this rank's shards), its
-    f and g timed by ``clock`` if given."""
+    """One MLP block ``x + GeLU(x W1^T + b1) W2^T + b2``; with ``group`` the tensor-parallel version
+    (p holds this rank's shards), its f and g timed by ``clock`` if given."""
     if group is None:
-        return x + F.gelu(x @ p["A"] + p["a"]) @ p["B"] + p["b"]
+        return x + gelu_mlp(x, p["w1"], p["b1"], p["w2"], p["b2"])
     partial = (
-        F.gelu(f(x, group, clock) @ p["A"] + p["a"]) @ p["B"]
+        F.gelu(f(x, group, clock) @ p["w1"].T + p["b1"]) @ p["w2"].T
     )  # (mb, h): this rank's share of the sum
-    return x + g(partial, group, clock) + p["b"]
+    return x + g(partial, group, clock) + p["b2"]
 
 
 def shard_mlp_blocks(
     blocks, layers: list[int], tp_rank: int, tp: int
 ) -> list[dict[str, torch.Tensor]]:
-    """This rank's pieces: its stage's blocks, A and a by columns, B by rows, b whole."""
+    """This rank's pieces: its stage's blocks, w1 and b1 by output rows (A by columns), w2 by input
+    columns (B by rows), b2 whole."""
     return [
         {
-            "A": shard(blocks[i]["A"], 1, tp_rank, tp).requires_grad_(),
-            "a": shard(blocks[i]["a"], 0, tp_rank, tp).requires_grad_(),
-            "B": shard(blocks[i]["B"], 0, tp_rank, tp).requires_grad_(),
-            "b": blocks[i]["b"].detach().clone().requires_grad_(),
+            "w1": shard(blocks[i]["w1"], 0, tp_rank, tp).requires_grad_(),
+            "b1": shard(blocks[i]["b1"], 0, tp_rank, tp).requires_grad_(),
+            "w2": shard(blocks[i]["w2"], 1, tp_rank, tp).requires_grad_(),
+            "b2": blocks[i]["b2"].detach().clone().requires_grad_(),
         }
         for i in layers
     ]

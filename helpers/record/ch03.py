@@ -24,6 +24,7 @@ from helpers.cost.calibration import MB, collective_table, measured_collectives,
 from helpers.record.results import format_table, save
 from helpers.record.runner import run_one
 from helpers.run.env import gpu_count
+from helpers.run.result_types.ch03 import ShareResult
 
 NPROC = 2
 SIZES = {
@@ -117,7 +118,7 @@ def record_layouts(quick: bool) -> list[dict]:
     return runs
 
 
-def share_rows(results: list[dict]) -> list[dict]:
+def share_rows(results: list[ShareResult]) -> list[dict]:
     """One row per measured case of ch03_share."""
     return [
         {

@@ -28,6 +28,7 @@ from helpers.run.env import losses_from_lines
 from helpers.train.weights import compare_final_weights
 from helpers.record import cli, results
 from helpers.record.runner import run_one
+from helpers.run.result_types.records import Record
 from helpers.train import checkpoint as ckpt
 from helpers.config.dry_run import scaled_down
 from helpers.config.loading import load_config
@@ -241,8 +242,8 @@ def _fmt(x) -> str:
     return "failed" if x is None else f"{x:.2e}"
 
 
-def recorded() -> dict | None:
-    """The recorded GPU runs (results/<hardware>/ch05_gpu.json), or None."""
+def recorded() -> Record | None:
+    """:func:`helpers.record.results.recorded`: the GPU runs (results/<hardware>/ch05_gpu.json)."""
     return results.recorded(RECORD)
 
 

@@ -13,10 +13,11 @@ from __future__ import annotations
 
 from helpers.cost.mfu import flops_per_token, mfu
 from helpers.record.flagship_runs import LOSS_TOLERANCE, ROUND
+from helpers.run.result_types.records import FlagshipRun
 from helpers.train.reference import loss_verdict, mean_losses
 
 
-def summarize(name: str, run: dict) -> dict:
+def summarize(name: str, run: FlagshipRun) -> dict:
     """One JSON-able row of a run: throughput, both MFUs, memory, losses against the reference."""
     ranks = [r for r in run.get("results", []) if "framework" in r]
     row = {

@@ -61,7 +61,11 @@ RECORD = RESULTS_DIR / "cpu" / "multinode.json"
 
 
 def recorded(name: str) -> dict | None:
-    """The recorded run ``name`` with its provenance under ``"provenance"``, or None."""
+    """The recorded run ``name`` with its provenance under ``"provenance"``, or None.
+
+    Not :func:`helpers.record.results.recorded`: this record is made on CPU hosts
+    (``results/cpu/multinode.json``), a folder that ``results.find`` skips, and a reader wants one
+    run of it, not the record."""
     if not RECORD.is_file():
         return None
     record = json.loads(RECORD.read_text())

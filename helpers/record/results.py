@@ -23,6 +23,7 @@ from pathlib import Path
 import torch
 
 from helpers.record.commands import spelled_today
+from helpers.run.result_types.records import Provenance, Record
 
 RESULTS_DIR = Path(__file__).resolve().parents[2] / "results"
 
@@ -76,7 +77,7 @@ def _git_dirty() -> bool | None:
     return bool(out.strip())
 
 
-def provenance(command: str) -> dict:
+def provenance(command: str) -> Provenance:
     """Where, when and with what a result was measured."""
     return {
         "hardware": hardware(),
@@ -145,7 +146,7 @@ def _folders(name: str, hardware: str | None, gpus: int | None) -> list[Path]:
     return found
 
 
-def load(name: str, hardware: str | None = None, gpus: int | None = None) -> dict:
+def load(name: str, hardware: str | None = None, gpus: int | None = None) -> Record:
     """The most recent GPU record called ``name`` (any hardware folder but 'cpu').
 
     ``hardware`` (a folder name, e.g. '2xNVIDIA-H200') or ``gpus`` (the count the folder's name
@@ -165,14 +166,14 @@ def load(name: str, hardware: str | None = None, gpus: int | None = None) -> dic
     return max(records, key=lambda r: r["provenance"]["date"])
 
 
-def box_label(record: dict | None, gpus: int) -> str:
+def box_label(record: Record | None, gpus: int) -> str:
     """'1×H200' for a record made in results/1xNVIDIA-H200 (the expected box when there is none)."""
     hardware_name = record["provenance"]["hardware"] if record else f"{gpus}xNVIDIA-H200"
     count, _, device = hardware_name.partition("x")
     return f"{count}×{device.removeprefix('NVIDIA-')}"
 
 
-def find(name: str, hardware: str | None = None, gpus: int | None = None) -> dict | None:
+def find(name: str, hardware: str | None = None, gpus: int | None = None) -> Record | None:
     """:func:`load`, or None when there is no such record."""
     try:
         return load(name, hardware=hardware, gpus=gpus)
@@ -182,7 +183,7 @@ def find(name: str, hardware: str | None = None, gpus: int | None = None) -> dic
 
 def recorded(
     name: str, part: str | None = None, gpus: int | None = 2, quick: bool = False
-) -> dict | None:
+) -> Record | None:
     """The newest record a chapter shows: ``name`` (with ``part``: ``<name>_<part>``, one part of a
     recorder that records in parts) made on ``gpus`` GPUs (default 2, the book's box; 1: the
     one-GPU record of ``--gpus 1``; None: :func:`load`'s choice), or None when there is none.
@@ -197,7 +198,7 @@ def recorded(
     return {**smoke, "runs": runs, "quick": True} if runs else None
 
 
-def earlier(name: str) -> dict | None:
+def earlier(name: str) -> Record | None:
     """The record ``name`` already written on this machine's hardware (a partial re-recording keeps
     its runs)."""
     path = RESULTS_DIR / hardware() / f"{name}.json"
@@ -208,7 +209,7 @@ def _always(new: dict, old: dict) -> bool:
     return True
 
 
-def merge_runs(earlier: dict | None, new: list[dict], replaces=_always) -> list[dict]:
+def merge_runs(earlier: Record | None, new: list[dict], replaces=_always) -> list[dict]:
     """The earlier record's runs that ``new`` does not replace, each stamped with the provenance it
     was made with, then the new runs. ``replaces(new_run, old_run)`` decides for a name in both
     (default: the new run wins). Used by Chapter 7's and the multi-GPU recorder's ``--only``;
@@ -222,7 +223,7 @@ def merge_runs(earlier: dict | None, new: list[dict], replaces=_always) -> list[
     return [r for name, r in old.items() if name not in taken] + chosen
 
 
-def describe(record: dict) -> str:
+def describe(record: Record) -> str:
     """One paragraph of provenance for a notebook (plus a line per earlier recording whose runs it
     kept)."""
     p = record["provenance"]
@@ -245,7 +246,7 @@ def _today(command: str) -> str:
     return "" if today == command else f" (typed today: {today})"
 
 
-def carried_over(record: dict) -> list[str]:
+def carried_over(record: Record) -> list[str]:
     """One line per earlier recording whose runs a partial re-recording kept (commit, date, count).
 
     A re-recording of some runs (Chapter 7's ``--only``) stamps each kept run with its own

@@ -186,10 +186,15 @@ def say(*parts: object) -> None:
     sys.stdout.flush()
 
 
-def emit(**result: object) -> None:
+def emit(result_type: type | None = None, /, **result: object) -> None:
     """Send a result to the launcher tagged with this rank: one ``RESULT {json}`` line, or
-    numbered ``RESULT-PART`` lines of at most :data:`PART_CHARS` characters of JSON each."""
+    numbered ``RESULT-PART`` lines of at most :data:`PART_CHARS` characters of JSON each.
+
+    ``result_type``: the result's TypedDict (:mod:`helpers.run.result_types`, which every demo
+    passes); the keys are checked against it first, so a renamed key fails where it is emitted."""
     rank = int(os.environ.get("RANK", "0"))
+    if result_type is not None:
+        check_keys(result_type, {"rank": rank, **result})
     text = json.dumps({"rank": rank, **result}, sort_keys=True)
     if len(text) <= PART_CHARS:
         say(RESULT_PREFIX + text)
@@ -197,6 +202,24 @@ def emit(**result: object) -> None:
     parts = [text[i : i + PART_CHARS] for i in range(0, len(text), PART_CHARS)]
     for i, part in enumerate(parts, 1):
         say(f"{PART_PREFIX}{rank} {i}/{len(parts)} {part}")
+
+
+def check_keys(result_type: type, result: dict) -> None:
+    """Raise a ``KeyError`` naming the demo's type and the key when ``result`` lacks a required key
+    of the TypedDict ``result_type`` or has one it does not declare."""
+    required = getattr(result_type, "__required_keys__", None)
+    if required is None:
+        raise TypeError(f"{result_type!r} is not a TypedDict of helpers.run.result_types")
+    allowed = required | result_type.__optional_keys__
+    name = f"{result_type.__module__}.{result_type.__qualname__}"
+    missing, extra = sorted(required - set(result)), sorted(set(result) - allowed)
+    if missing or extra:
+        raise KeyError(
+            f"{sys.argv[0]}: the result does not match {name}: "
+            + "; ".join(
+                [f"missing key {k!r}" for k in missing] + [f"undeclared key {k!r}" for k in extra]
+            )
+        )
 
 
 def is_result(text: str) -> bool:

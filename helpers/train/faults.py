@@ -18,6 +18,7 @@ import torch
 import torch.distributed as dist
 
 from helpers.run.env import emit, say
+from helpers.run.result_types.ch08 import FailResult, OomStepResult
 from helpers.models.shape import ModelShape
 from helpers.cost.memory_llama import head_activation_bytes, layer_activation_bytes
 from helpers.models.llama import build_llama, llama_config, token_batch
@@ -69,7 +70,7 @@ def failing_loop(env, args) -> None:
             )
         opt.step()
         opt.zero_grad()
-    emit(mode=args.mode, steps=args.steps, final_loss=round(loss.item(), 4))
+    emit(FailResult, mode=args.mode, steps=args.steps, final_loss=round(loss.item(), 4))
 
 
 def oom_step(args) -> None:
@@ -116,6 +117,7 @@ def oom_step(args) -> None:
     opt.step()
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     emit(
+        OomStepResult,
         mode="oom",
         recompute=args.recompute,
         budget_mib=args.budget_mib,

@@ -60,14 +60,10 @@ def naive_1f1b(p: int, m: int) -> list[list[Action]]:
     """1F1B with the cool-down's length taken from the formula, P-1-s, not from the number of
     forwards still waiting for their backward: right for m ≥ P-1, one backward too many per
     missing micro-batch below that."""
-    out = []
-    for s in range(p):
-        warm = min(p - 1 - s, m)
-        acts = [Action("F", i) for i in range(warm)]
-        for i in range(m - warm):
-            acts += [Action("F", warm + i), Action("BW", i)]
-        acts += [Action("BW", m - warm + i) for i in range(p - 1 - s)]  # bug: range(warm)
-        out.append(acts)
+    out = one_f_one_b(p, m)
+    for s, acts in enumerate(out):
+        warm = min(p - 1 - s, m)  # the warm-up's forwards, whose backwards end the step
+        acts[len(acts) - warm :] = [Action("BW", m - warm + i) for i in range(p - 1 - s)]  # bug
     return out
     # [end: naive-1f1b]
 

@@ -95,6 +95,9 @@ class Watchdog(threading.Thread):
         self.store = dist.distributed_c10d._get_default_store()
         self.dumped, self.stopped = threading.Event(), threading.Event()
         self.reason = ""
+        # The first dump with stacks imports torch._inductor's symbolizer (seconds on a loaded
+        # machine): pay it now, not while the other ranks' timeouts run.
+        raw_dump(frames=True)
 
     def stop(self) -> None:
         """No dump after all (the run ended normally); call before the group is destroyed."""

@@ -116,6 +116,7 @@ class ActivationOffload:
         self.host.rewind()  # the last backward has read every copy
         self._layer = None  # the index of the layer running, None outside the stack
         self._seen: dict[int, _Stash] = {}  # this layer's storages, by address
+        self._weights: set[int] = set()  # the running layer's parameter storages
         self._by_layer: dict[int, list[_Stash]] = {}  # offloaded, not yet fetched back
         self._asked: set[int] = set()  # layers whose backward has begun
         self.offloaded_bytes = 0
@@ -138,7 +139,8 @@ class ActivationOffload:
 
     def _entering(self, i: int):
         def hook(module, args):
-            self._layer = i
+            self._layer = i  # its weights' storages (FSDP2's gathered ones by now) are never sent
+            self._weights = {p.untyped_storage().data_ptr() for p in module.parameters()}
             self._release(i - self.in_flight)
 
         return hook
@@ -155,6 +157,7 @@ class ActivationOffload:
             or t.layout != torch.strided
             or t.untyped_storage().nbytes() < self.min_bytes
             or _is_parameter(t)
+            or t.untyped_storage().data_ptr() in self._weights
         )
         if keep:
             return t.detach()  # not t: a packed tensor that holds its own grad_fn is a cycle
