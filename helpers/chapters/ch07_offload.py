@@ -240,3 +240,19 @@ def _rounded(values: dict) -> dict:
         k: round(v, 3 - math.floor(math.log10(abs(v)))) if isinstance(v, float) and v else v
         for k, v in values.items()
     }
+
+
+def check_claims(n: dict, rows: list[dict]) -> None:
+    """Assert what the page says of the recorded run: losses on their references, the bytes sent
+    as modelled, the baseline's peak within 2 %, a small fixed gap for the small-activation runs,
+    recomputation faster than offload faster than ``save_on_cpu``, copies longer than the forward,
+    the time term within 10 %, and the baseline out of memory where offload fits."""
+    big = {r["name"]: r for r in rows}
+    assert all(r["loss_ok"] for r in rows if r.get("ok"))
+    assert abs(n["ch07-offload-off-host-gb"] / n["ch07-offload-model-host-gb"] - 1) < 0.01
+    assert abs(n["ch07-offload-base-err-pct"]) < 2
+    assert 0 < n["ch07-offload-gap-lo-gib"] and n["ch07-offload-gap-hi-gib"] < 5
+    assert n["ch07-offload-rec-speed"] > n["ch07-offload-off-speed"] > n["ch07-offload-soc-speed"]
+    assert n["ch07-offload-out-ratio"] > 1 and abs(n["ch07-offload-off-model-err-pct"]) < 10
+    assert big["baseline, larger micro-batch"]["oom"] and big["offload, larger micro-batch"]["ok"]
+    assert n["ch07-offload-big-rec-over-off"] > 1
