@@ -11,6 +11,7 @@ type makes (b) report the reader's lookup.
 from __future__ import annotations
 
 import ast
+import functools
 import json
 import re
 from pathlib import Path
@@ -105,13 +106,30 @@ def returns(trees, types) -> dict:
     return out
 
 
-def lookups(tree, types, returned, where=None) -> tuple[list[tuple[int, str, str]], int]:
+def _constants(tree) -> dict[str, str]:
+    """The module-level string constants of a tree (``DEMO = "ch07_offload"``)."""
+    return {
+        t.id: n.value.value
+        for n in tree.body
+        if isinstance(n, ast.Assign)
+        and isinstance(n.value, ast.Constant)
+        and isinstance(n.value.value, str)
+        for t in n.targets
+        if isinstance(t, ast.Name)
+    }
+
+
+def lookups(
+    tree, types, returned, where=None, demos=None
+) -> tuple[list[tuple[int, str, str]], int]:
     """([(line, type, key)] of string-key lookups on typed values, count of all string-key
     lookups): each top-level function or class is a scope, the module's other statements one.
-    ``where``: the tree's path, for calls of the module's own functions."""
+    ``where``: the tree's path, for calls of the module's own functions. ``demos``: {demo: result
+    type} (:func:`demo_types`), so that ``launch("demo", ...)`` is a launch of that demo, whose
+    ``.results``, ``.rank(r)`` and ``.first(r)`` hold its type."""
     scopes = [n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))]
     rest = ast.Module([n for n in tree.body if n not in scopes], [])
-    calls = _Calls(returned, _stem(where), _imports(tree))
+    calls = _Calls(returned, _stem(where), _imports(tree), demos or {}, _constants(tree))
     checked, total = [], 0
     for scope in scopes + [rest]:
         found, n = _scope_lookups(scope, types, calls)
@@ -123,8 +141,23 @@ class _Calls:
     """The result type a call returns: ``f()`` (this module's, or imported by name), ``mod.f()``
     (``mod`` an imported helpers module), else by the function's name where it is unambiguous."""
 
-    def __init__(self, returned, stem, imports):
+    def __init__(self, returned, stem, imports, demos=None, constants=None):
         self.returned, self.stem, self.imports = returned, stem, imports
+        self.demos, self.constants = demos or {}, constants or {}
+
+    def launched(self, call) -> tuple[str, int] | None:
+        """``(LAUNCHED + type, 0)`` for ``launch(demo, ...)`` of a demo with one result type."""
+        name = getattr(call.func, "id", None) or getattr(call.func, "attr", None)
+        if name != "launch":
+            return None
+        demo = call.args[0] if call.args else None
+        demo = next((k.value for k in call.keywords if k.arg == "demo"), demo)
+        if isinstance(demo, ast.Name):
+            demo = self.constants.get(demo.id)
+        elif isinstance(demo, ast.Constant):
+            demo = demo.value
+        found = self.demos.get(demo) if isinstance(demo, str) else None
+        return (LAUNCHED + found, 0) if found else None
 
     def type_of(self, func):
         if isinstance(func, ast.Name):
@@ -152,6 +185,8 @@ def _get_key(node) -> str | None:
 
 
 PASSING = {"sorted", "list", "reversed", "tuple"}  # f(xs) holds the elements of xs
+LAUNCHED = "launch of "  # the type of launch(demo): a LaunchResult whose results have demo's type
+LAUNCH_PARTS = {"results": 1, "rank": 1, "first": 0}  # .results, .rank(r): a list; .first(r): one
 
 
 def _scope_lookups(tree, types, calls) -> tuple[list[tuple[int, str, str]], int]:
@@ -159,7 +194,7 @@ def _scope_lookups(tree, types, calls) -> tuple[list[tuple[int, str, str]], int]
 
     def field(expr, key):
         outer = type_of(expr)
-        if not (outer and outer[1] == 0 and key in types[outer[0]]):
+        if not (outer and outer[1] == 0 and key in types.get(outer[0], ())):
             return None
         return _type_of_annotation(types[outer[0]][key], types)
 
@@ -176,6 +211,8 @@ def _scope_lookups(tree, types, calls) -> tuple[list[tuple[int, str, str]], int]
         if isinstance(expr, (ast.ListComp, ast.GeneratorExp)):
             inner = type_of(expr.elt)
             return inner and (inner[0], inner[1] + 1)
+        if isinstance(expr, ast.Attribute) and expr.attr == "results":
+            return part(expr.value, "results")
         if isinstance(expr, ast.BoolOp):
             return type_of(expr.values[0])
         if isinstance(expr, ast.IfExp):
@@ -189,44 +226,83 @@ def _scope_lookups(tree, types, calls) -> tuple[list[tuple[int, str, str]], int]
                 return inner and inner[1] > 0 and (inner[0], inner[1] - 1)
             if name in PASSING and expr.args:
                 return type_of(expr.args[0])
-            return calls.type_of(expr.func)
+            method = getattr(expr.func, "attr", None)
+            launched = method in ("rank", "first") and part(expr.func.value, method)
+            return launched or calls.launched(expr) or calls.type_of(expr.func)
         return None
 
-    def bind(target, found):
-        if isinstance(target, ast.Name) and found:
+    def part(launched, name):  # a launch's .results, .rank(r) or .first(r)
+        outer = type_of(launched)
+        if outer and outer[0].startswith(LAUNCHED):
+            return (outer[0][len(LAUNCHED) :], LAUNCH_PARTS[name])
+        return None
+
+    def bind(target, found, seen):
+        """Bind ``target`` in this statement; a name bound to two types here is left unknown."""
+        if not isinstance(target, ast.Name):
+            return
+        seen.setdefault(target.id, set()).add(found or None)
+        if found:
             known[target.id] = found
 
-    for node in ast.walk(tree):  # bindings first: a reader's names are few and rarely rebound
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
-            for a in node.args.args + node.args.kwonlyargs + node.args.posonlyargs:
-                found = _type_of_annotation(getattr(a, "annotation", None), types)
-                if found:
-                    known[a.arg] = found
-        elif isinstance(node, ast.AnnAssign):
-            bind(node.target, _type_of_annotation(node.annotation, types))
-    for _ in range(4):  # assignments and loops over typed values, to a fixed point
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Assign) and len(node.targets) == 1:
-                bind(node.targets[0], type_of(node.value))
-            elif isinstance(node, ast.NamedExpr):
-                bind(node.target, type_of(node.value))
-            elif isinstance(node, (ast.For, ast.comprehension)):
-                outer = type_of(node.iter)
-                bind(node.target, outer and outer[1] > 0 and (outer[0], outer[1] - 1))
-    checked, total = [], 0
-    for node in ast.walk(tree):
-        key, base = _key(node), None
-        if key is not None and isinstance(node, ast.Subscript):
-            base = node.value
-        elif _get_key(node) is not None:
-            key, base = _get_key(node), node.func.value
-        if base is None:
-            continue
-        total += 1
-        found = type_of(base)
-        if found and found[1] == 0:
-            checked.append((node.lineno, found[0], key))
-    return checked, total
+    def statement(stmt) -> None:
+        """The bindings ``stmt`` makes (to a fixed point: loops, comprehensions), after those of
+        the statements before it: a name bound again to something untyped is unknown after."""
+        seen: dict[str, set] = {}
+        for node in ast.walk(stmt):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                for a in node.args.args + node.args.kwonlyargs + node.args.posonlyargs:
+                    found = _type_of_annotation(getattr(a, "annotation", None), types)
+                    if found:
+                        known[a.arg] = found
+            elif isinstance(node, ast.AnnAssign):
+                bind(node.target, _type_of_annotation(node.annotation, types), {})
+        for _ in range(4):
+            seen.clear()
+            for node in ast.walk(stmt):
+                if isinstance(node, ast.Assign) and len(node.targets) == 1:
+                    if not (isinstance(node.value, ast.Constant) and node.value.value is None):
+                        bind(node.targets[0], type_of(node.value), seen)
+                elif isinstance(node, ast.NamedExpr):
+                    bind(node.target, type_of(node.value), seen)
+                elif isinstance(node, (ast.For, ast.comprehension)):
+                    outer = type_of(node.iter)
+                    found = outer and outer[1] > 0 and (outer[0], outer[1] - 1)
+                    bind(node.target, found, seen)
+        for name, found in seen.items():
+            if len(found) > 1 or None in found:
+                known.pop(name, None)
+
+    def count(stmt) -> None:
+        for node in ast.walk(stmt):
+            key, base = _key(node), None
+            if key is not None and isinstance(node, ast.Subscript):
+                base = node.value
+            elif _get_key(node) is not None:
+                key, base = _get_key(node), node.func.value
+            if base is None:
+                continue
+            counted[0] += 1
+            found = type_of(base)
+            if found and found[1] == 0 and found[0] in types:
+                checked.append((node.lineno, found[0], key))
+
+    # one statement after another: a notebook binds ``res`` many times
+    checked, counted = [], [0]
+    body = tree.body if isinstance(tree, (ast.Module, ast.ClassDef)) else [tree]
+    if isinstance(tree, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        for a in tree.args.args + tree.args.kwonlyargs + tree.args.posonlyargs:
+            found = _type_of_annotation(a.annotation, types)
+            if found:
+                known[a.arg] = found
+        body = tree.body
+        for d in tree.decorator_list + tree.args.defaults + tree.args.kw_defaults:
+            if d is not None:
+                count(d)
+    for stmt in body:
+        statement(stmt)
+        count(stmt)
+    return checked, counted[0]
 
 
 def _key(node) -> str | None:
@@ -256,26 +332,82 @@ def reader_trees() -> dict[str, ast.AST]:
 def unknown_keys(types: dict[str, set[str]]) -> tuple[list[str], int, int]:
     """(reader lookups whose key the type lacks, lookups checked, all string-key lookups)."""
     trees = reader_trees()
-    returned = returns(trees, types)
+    returned, demos = returns(trees, types), demo_types()
     bad, checked, total = [], 0, 0
     for where, tree in trees.items():
-        found, n = lookups(tree, types, returned, where)
+        found, n = lookups(tree, types, returned, where, demos)
         total += n
         checked += len(found)
         bad += [f"{where}:{line}: {t}[{k!r}]" for line, t, k in found if k not in types[t]]
     return bad, checked, total
 
 
+@functools.cache
+def _tree(path: Path) -> ast.Module:
+    return ast.parse(path.read_text())
+
+
+@functools.cache
+def _emit_calls(path: Path) -> list[ast.Call]:
+    return [
+        n
+        for n in ast.walk(_tree(path))
+        if isinstance(n, ast.Call) and getattr(n.func, "id", None) == "emit"
+    ]
+
+
 def _demo_emits() -> dict[str, list[ast.Call]]:
     out = {}
     for path in sorted((HELPERS / "demos").glob("*.py")):
-        calls = [
-            n
-            for n in ast.walk(ast.parse(path.read_text()))
-            if isinstance(n, ast.Call) and getattr(n.func, "id", None) == "emit"
-        ]
-        if calls:
+        if calls := _emit_calls(path):
             out[path.stem] = calls
+    return out
+
+
+def _library_emits() -> dict[str, list[ast.Call]]:
+    """The ``emit`` calls of helpers modules that are not demos (the loops demos share)."""
+    out = {}
+    for path in sorted(HELPERS.rglob("*.py")):
+        where = str(path.relative_to(ROOT))
+        if path.parent.name != "demos" and where != "helpers/run/env.py":
+            if calls := _emit_calls(path):
+                out[where] = calls
+    return out
+
+
+@functools.cache
+def _helpers_imports(path: Path) -> frozenset[Path]:
+    """The helpers modules ``path`` imports (at the top or inside a function)."""
+    out = set()
+    for node in ast.walk(_tree(path)):
+        names = []
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("helpers"):
+            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        elif isinstance(node, ast.Import):
+            names = [a.name for a in node.names if a.name.startswith("helpers")]
+        for name in names:
+            found = ROOT / (name.replace(".", "/") + ".py")
+            if found.exists():
+                out.add(found)
+    return frozenset(out)
+
+
+@functools.cache
+def demo_types() -> dict[str, str]:
+    """{demo: its result type} for the demos whose every ``emit``, in the demo and in the helpers
+    modules it imports (to any depth), passes the same type."""
+    out = {}
+    for path in sorted((HELPERS / "demos").glob("*.py")):
+        seen, todo = set(), [path]
+        while todo:
+            p = todo.pop()
+            if p not in seen:
+                seen.add(p)
+                todo += _helpers_imports(p)
+        calls = [c for p in seen for c in _emit_calls(p) if p.name != "env.py"]
+        names = {ast.unparse(c.args[0]).split(".")[-1] if c.args else None for c in calls}
+        if len(names) == 1 and None not in names:
+            out[path.stem] = names.pop()
     return out
 
 
@@ -288,6 +420,16 @@ def test_every_demo_emits_its_result_type(demo):
         assert call.args, f"helpers/demos/{demo}.py:{call.lineno}: emit(...) without its type"
         name = ast.unparse(call.args[0])
         assert name in types, f"helpers/demos/{demo}.py:{call.lineno}: {name} is no result type"
+
+
+@pytest.mark.parametrize("module", sorted(_library_emits()))
+def test_every_shared_loop_emits_its_result_type(module):
+    """A loop that demos share (Chapter 5's training loop, the frameworks' bench) types its
+    results too, so that a launch's results are known only when every emit it can reach agrees."""
+    types = type_keys()
+    for call in _library_emits()[module]:
+        assert call.args, f"{module}:{call.lineno}: emit(...) without its type"
+        assert ast.unparse(call.args[0]) in types, f"{module}:{call.lineno}"
 
 
 def test_pending_demos_still_exist():
@@ -333,7 +475,7 @@ def test_a_renamed_key_fails_at_its_reader():
     where, line, name, key = next(
         (w, *f)
         for w, t in trees.items()
-        for f in lookups(t, types, returned, w)[0]
+        for f in lookups(t, types, returned, w, demo_types())[0]
         if own(f[1], f[2])
     )
     module, start, end = body(name)

@@ -21,6 +21,7 @@ from helpers.models.llama import llama_params
 from helpers.parallel.train_layout import TrainLayout
 from helpers.run import cli
 from helpers.run.env import distributed, emit, say
+from helpers.run.result_types.ch08 import FrameworkBenchResult
 from helpers.train.framework_run import describe, divergence, parser, time_steps
 from helpers.train.layout_step import on_cpu
 from helpers.train.presets import mfu
@@ -120,6 +121,6 @@ def main(framework: str, build, cpu: bool = True, flags=None) -> None:
         reason = divergence(result, args.fail_on_divergence) if check else None
         if reason:
             say(f"the loss check failed: {reason}")
-        emit(**result)
+        emit(FrameworkBenchResult, **result)
         if reason:
             raise SystemExit(1)

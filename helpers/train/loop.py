@@ -29,6 +29,7 @@ import torch.distributed as dist
 from helpers.config.plugin import build_plugin
 from helpers.models.llama import ProgressionDataset, build_llama
 from helpers.run.env import emit, say
+from helpers.run.result_types.ch05 import StepLoss, StepSignalsResult
 from helpers.train import checkpoint as ckpt
 from helpers.train.faults import maybe_die
 from helpers.train.run_config import configure, layout_of
@@ -197,12 +198,12 @@ def train(args, env):
             meter.step(t.batch_size, t.batch_size * m.seq_len)
             bar.update(1)
             if env.rank == 0:
-                emit(step=step, loss=losses[-1])
+                emit(StepLoss, step=step, loss=losses[-1])
             if step % args.log_interval == 0 or step == t.steps:
                 signals = meter.report()
                 if env.rank == 0:
                     log(f"step {step:>3}/{t.steps} | loss {losses[-1]:.4f} | {signals.line()}")
-                    emit(step=step, signals=vars(signals))
+                    emit(StepSignalsResult, step=step, signals=vars(signals))
             if t.save_interval and (step % t.save_interval == 0 or step == t.steps):
                 kill = args.kill_rank if args.kill_in_save and step == args.kill_at else None
                 with meter.paused():

@@ -6,6 +6,32 @@ from typing import Any, NotRequired, TypedDict
 from helpers.run.result_types import Emitted
 
 
+class StepSignals(TypedDict):
+    """:class:`helpers.train.signals.Signals` as a dict: one log interval on rank 0."""
+
+    steps: int
+    seconds: float
+    samples_per_s: float
+    tokens_per_s: float
+    memory: dict[str, float]
+    comm_wait_share: float | None
+    comm_busy_share: float | None
+
+
+class StepLoss(Emitted):
+    """:func:`helpers.train.loop.train` on rank 0, after each step."""
+
+    step: int
+    loss: float
+
+
+class StepSignalsResult(Emitted):
+    """:func:`helpers.train.loop.train` on rank 0, at each log interval."""
+
+    step: int
+    signals: StepSignals
+
+
 class TrainResult(Emitted):
     final: bool
     losses: list[float]

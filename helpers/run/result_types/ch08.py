@@ -97,3 +97,16 @@ class FrameworkTrainResult(Emitted):
     error: NotRequired[str]  # the OOM's first line
     peak_mib: NotRequired[float]  # on GPUs
     reserved_mib: NotRequired[float]
+
+
+class FrameworkBenchResult(FrameworkTrainResult):
+    """:func:`helpers.train.framework_bench.main` (``ch06_deepspeed_train``, ``ch06_megatron``):
+    Chapter 8's result, plus what the framework's builder adds."""
+
+    notes: NotRequired[list[str]]
+    deepspeed: NotRequired[str]
+    deepspeed_config: NotRequired[dict[str, Any]]
+    megatron_args: NotRequired[list[str]]
+    megatron_core_kwargs: NotRequired[dict[str, Any]]
+    core_attention: NotRequired[str]
+    megatron_core: NotRequired[str]
