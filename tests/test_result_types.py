@@ -35,20 +35,25 @@ def type_keys(sources: dict[str, str] | None = None) -> dict[str, dict[str, str]
     modules' syntax trees (a subclass may narrow a key: ``runs: list[FlagshipRun]``)."""
     if sources is None:
         sources = {p.name: p.read_text() for p in sorted(TYPES.glob("*.py"))}
-    keys: dict[str, dict[str, str]] = {}
+    own: dict[str, dict[str, str]] = {}
+    bases: dict[str, list[str]] = {}
     for text in sources.values():
         for node in ast.parse(text).body:
             if isinstance(node, ast.ClassDef):
-                own = {
+                own[node.name] = {
                     s.target.id: ast.unparse(s.annotation)
                     for s in node.body
                     if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)
                 }
-                inherited = {}
-                for b in node.bases:
-                    inherited.update(keys.get(ast.unparse(b), {}))
-                keys[node.name] = {**inherited, **own}
-    return keys
+                bases[node.name] = [ast.unparse(b).split(".")[-1] for b in node.bases]
+
+    def keys(name: str) -> dict[str, str]:  # a base in any module, before or after its subclass
+        inherited = {}
+        for b in bases.get(name, []):
+            inherited.update(keys(b) if b in own else {})
+        return {**inherited, **own[name]}
+
+    return {name: keys(name) for name in own}
 
 
 def _type_of_annotation(node, types) -> tuple[str, int] | None:
@@ -501,3 +506,18 @@ def test_a_key_marked_not_required_is_optional_at_run_time():
                     if isinstance(s, ast.AnnAssign) and "NotRequired" in ast.unparse(s.annotation)
                 }
                 assert marked <= getattr(module, node.name).__optional_keys__, node.name
+
+
+def test_a_stored_offload_record_matches_its_type():
+    """The offload recorder measures its rows in its own process (no ``emit``): it checks each
+    row against ``OffloadRun`` before it saves, and the stored records hold to the same type."""
+    from helpers.run.env import check_keys
+    from helpers.run.result_types.ch07 import OffloadRecord, OffloadRun
+
+    stored = sorted((ROOT / "results").glob("*/ch07_offload*.json"))
+    assert stored
+    for path in stored:
+        record = json.loads(path.read_text())
+        check_keys(OffloadRecord, record)
+        for run in record["runs"]:
+            check_keys(OffloadRun, run)

@@ -137,6 +137,22 @@ def technique_numbers(record: dict) -> dict:
     }
 
 
+def technique_report(x: dict) -> str:
+    """What the page says of the techniques, in numbers of :func:`technique_numbers` (``x``)."""
+    return "\n".join(
+        [
+            f"faster than fp32 DDP: bf16 only ({x['ch07-bf16-speed']:.2f} times its throughput)",
+            f"ZeRO-1 and ZeRO-2 peaks: {x['ch07-zero-mem']:.3f} and {x['ch07-zero2-mem']:.3f} "
+            "of fp32 DDP",
+            f"optimizer step: ZeRO-2 {x['ch07-zero2-step-gib']:.2f} GiB, "
+            f"ZeRO-1 {x['ch07-zero1-step-gib']:.2f} GiB",
+            f"recompute: {x['ch07-recompute-vs-zero1']:.2f} of ZeRO-1's speed; "
+            f"the loss term is {x['ch07-recompute-loss-share']:.2f} of its peak",
+            f"CPU offload: {x['ch07-offload-vs-zero2']:.2f} of ZeRO-2's speed",
+        ]
+    )
+
+
 def _rank_params(record: dict, name: str) -> float:
     """Parameters one rank updates under a ZeRO layout of the record: Ψ / D."""
     from helpers.cost.chunks import parameter_sizes

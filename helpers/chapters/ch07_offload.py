@@ -22,6 +22,7 @@ from helpers.models.llama import build_llama
 from helpers.models.shape import ModelShape
 from helpers.record.offload import CONFIGS, SEQ, SHAPE, choose, predicted
 from helpers.record.results import box_label, find
+from helpers.run.result_types.ch07 import OffloadRecord, OffloadRun
 from helpers.train.offload import ActivationOffload
 
 GIB = 2**30
@@ -65,12 +66,12 @@ def cpu_check(shape: ModelShape, b: int, s: int, dtype=torch.bfloat16) -> dict:
     }
 
 
-def record() -> dict | None:
+def record() -> OffloadRecord | None:
     """The one-GPU record, or None before it is made."""
     return find("ch07_offload", gpus=1)
 
 
-def micro_batches(rec: dict | None) -> dict:
+def micro_batches(rec: OffloadRecord | None) -> dict:
     """b and B as recorded, else as :func:`helpers.record.offload.choose` picks them for an H200
     with a 128 GiB host."""
     if rec:
@@ -78,14 +79,14 @@ def micro_batches(rec: dict | None) -> dict:
     return {k: choose(H200_GIB * GIB, HOST_GIB * GIB)[k] for k in ("b", "B")}
 
 
-def bandwidths(rec: dict) -> tuple[float, float]:
+def bandwidths(rec: OffloadRecord) -> tuple[float, float]:
     """The measured pinned copy bandwidths (bytes/s) at the largest size: out, back."""
     bw = rec["bandwidth"]
     size = max(bw["device_to_host"], key=int)
     return bw["device_to_host"][size] * 1e9, bw["host_to_device"][size] * 1e9
 
 
-def rows(rec: dict | None) -> list[dict]:
+def rows(rec: OffloadRecord | None) -> list[dict]:
     """One dict per row of :data:`helpers.record.offload.CONFIGS`: ``name``, ``mode``,
     ``micro_batch``, ``predicted`` (GiB, max_memory_allocated; None for torch's save_on_cpu, whose
     pack copies every saved tensor at once), ``predicted_host`` (GB per step); with a record also
@@ -93,7 +94,7 @@ def rows(rec: dict | None) -> list[dict]:
     ``loss_ok``, and for offload rows ``predicted_tokens_per_s`` from the time term: the baseline's
     seconds per token at b times the row's tokens, plus the copies the passes do not hide."""
     mbs, runs = micro_batches(rec), {r["name"]: r for r in (rec or {}).get("runs", [])}
-    base = runs.get("baseline", {})
+    base: OffloadRun | dict = runs.get("baseline", {})
     out = []
     for name, mode, size in CONFIGS:
         b = mbs[size]
@@ -101,7 +102,7 @@ def rows(rec: dict | None) -> list[dict]:
         row = {"name": name, "mode": mode, "micro_batch": b, "size": size}
         row["predicted"] = p["allocated"] / GIB if p else None
         row["predicted_host"] = p["offloaded"] / 1e9 if p else None
-        run = runs.get(name)
+        run: OffloadRun | None = runs.get(name)
         if run is not None:
             ok = bool(run.get("ok"))
             row.update(oom=bool(run.get("oom")), ok=ok, loss_ok=run.get("loss_ok"))
@@ -155,7 +156,7 @@ def table(all_rows: list[dict]) -> list[dict]:
     return out
 
 
-def numbers(all_rows: list[dict], rec: dict | None) -> dict:
+def numbers(all_rows: list[dict], rec: OffloadRecord | None) -> dict:
     """The page's glued values: the model's always, the measurement's when there is a record."""
     by = {r["name"]: r for r in all_rows}
     b, big = by["baseline"]["micro_batch"], by["offload, larger micro-batch"]["micro_batch"]
@@ -226,6 +227,26 @@ def numbers(all_rows: list[dict], rec: dict | None) -> dict:
     if big_off.get("tokens_per_s") and big_rec.get("tokens_per_s"):
         out["ch07-offload-big-rec-over-off"] = big_rec["tokens_per_s"] / big_off["tokens_per_s"]
     return _rounded(out)
+
+
+def report(n: dict) -> str:
+    """What the page says of the recorded run, in numbers of :func:`numbers` (``n``)."""
+    return "\n".join(
+        [
+            f"pinned copies: {n['ch07-offload-out-gbs']} GB/s out, "
+            f"{n['ch07-offload-in-gbs']} GB/s back",
+            f"offload: {n['ch07-offload-saved-gib']:.1f} GiB less than the baseline at "
+            f"{n['ch07-offload-off-speed']:.2f} of its tokens/s",
+            f"tokens/s against the baseline: save_on_cpu {n['ch07-offload-soc-speed']:.2f}; "
+            f"recomputation {n['ch07-offload-rec-speed']:.2f}",
+            f"sent per step: {n['ch07-offload-off-host-gb']} GB "
+            f"(model {n['ch07-offload-model-host-gb']}); "
+            f"copies out {n['ch07-offload-off-out-s']} s against a forward of "
+            f"{n['ch07-offload-base-fwd-s']} s",
+            f"time term: {n['ch07-offload-off-model-tps']:,.0f} tokens/s predicted, "
+            f"{n['ch07-offload-off-tps']:,} measured",
+        ]
+    )
 
 
 def _fits(gpu_bytes: float) -> int:

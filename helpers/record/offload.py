@@ -28,6 +28,8 @@ from helpers.models.shape import ModelShape
 from helpers.record import cli
 from helpers.record.flagship_runs import LOSS_TOLERANCE
 from helpers.record.results import format_table, save
+from helpers.run.env import check_keys
+from helpers.run.result_types.ch07 import OffloadRun
 
 GIB = 2**30
 SHAPE = ModelShape.llama(layers=16, hidden=2048, heads=16, kv_heads=16, vocab=32000, seq_len=2048)
@@ -160,6 +162,7 @@ def run_all(args, measure_row, bandwidth: dict, gpu_bytes: float, host_free: flo
                 measure_row(mode, mbs, warmup, steps), seconds=round(time.monotonic() - t0, 1)
             )
         runs = verdicts(runs + [row])
+        check_keys(OffloadRun, runs[-1])  # the row the chapter reads (Chapter 7's OffloadRun)
         shown = {k: v for k, v in runs[-1].items() if k not in ("losses", "step_seconds")}
         print(json.dumps(shown), flush=True)
         if args.record:
