@@ -521,3 +521,21 @@ def test_a_stored_offload_record_matches_its_type():
         check_keys(OffloadRecord, record)
         for run in record["runs"]:
             check_keys(OffloadRun, run)
+
+
+def test_stored_run_summaries_and_verdicts_match_their_types():
+    """Every flagship row stored under ``results/`` (a run's ``summary``, a head-to-head's
+    ``compare``) holds to ``RunSummary`` and ``Verdict``, the types its readers annotate."""
+    from helpers.run.env import check_keys
+    from helpers.run.result_types.records import RunSummary, Verdict
+
+    summaries = 0
+    for path in sorted((ROOT / "results").glob("*/*.json")):
+        record = json.loads(path.read_text())
+        for run in record.get("runs", []):
+            if isinstance(run, dict) and "summary" in run:
+                check_keys(RunSummary, run["summary"])
+                summaries += 1
+        for verdict in record.get("compare") or []:
+            check_keys(Verdict, verdict)
+    assert summaries >= 40

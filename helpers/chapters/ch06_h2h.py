@@ -15,6 +15,7 @@ from helpers.chapters.ch08_flagship import KERNEL_HEADERS
 from helpers.chapters.ch08_levers import model_phases
 from helpers.record import ch06 as h2h
 from helpers.record.flagship_runs import ROUND
+from helpers.run.result_types.records import FlagshipRecord, FlagshipRun, RunSummary
 
 PLAN_COLUMNS = ["framework and levers", "demo", "micro-batch (fallback)", "rounds"]
 COLUMNS = [
@@ -44,7 +45,7 @@ def _micro(args: list[str]) -> str:
     return args[len(args) - 1 - args[::-1].index("--micro_batch") + 1]
 
 
-def groups(record: dict) -> list[dict]:
+def groups(record: FlagshipRecord) -> list[dict]:
     """Per row of the head-to-head that has valid rounds: its verdict
     (:func:`helpers.record.flagship_summary.compare`) with its valid rounds' summaries."""
     out = []
@@ -56,7 +57,7 @@ def groups(record: dict) -> list[dict]:
     return out
 
 
-def model_gib(run: dict) -> float | None:
+def model_gib(run: FlagshipRun) -> float | None:
     """Chapter 7's predicted peak (the largest phase) for a run's flags, or None for a
     framework the model does not describe."""
     framework = run["summary"]["framework"]
@@ -68,7 +69,7 @@ def model_gib(run: dict) -> float | None:
     return max(model_phases(run["args"] + extra).values())
 
 
-def h2h_rows(record: dict | None) -> tuple[list[dict], list[str]]:
+def h2h_rows(record: FlagshipRecord | None) -> tuple[list[dict], list[str]]:
     """(rows, columns): the plan while ``record`` is None, else one row per framework."""
     if record is None:
         plan = [
@@ -83,7 +84,7 @@ def h2h_rows(record: dict | None) -> tuple[list[dict], list[str]]:
         return plan, PLAN_COLUMNS
     rows = []
     for g in groups(record):
-        s = [r["summary"] for r in g["runs"]]
+        s: list[RunSummary] = [r["summary"] for r in g["runs"]]
         model = model_gib(g["runs"][0])
         ceiling = statistics.median(x["ceiling_fraction"] for x in s)
         rows.append(
@@ -104,12 +105,12 @@ def h2h_rows(record: dict | None) -> tuple[list[dict], list[str]]:
     return rows, COLUMNS
 
 
-def kernel_rows(record: dict) -> list[dict]:
+def kernel_rows(record: FlagshipRecord) -> list[dict]:
     """Each framework's first valid round: ms of GPU time per sequence of its micro-batch, by
     kind of kernel, and the step's time per sequence."""
     out = []
     for g in groups(record):
-        s = g["runs"][0]["summary"]
+        s: RunSummary = g["runs"][0]["summary"]
         per = 1000 / s["micro_batch"]
         ms = s["kernels"]["ms"]
         row = {"framework": SHORT[g["framework"]], "mbs": s["micro_batch"]}
@@ -126,7 +127,7 @@ def kernel_columns(rows: list[dict]) -> list[str]:
     ]
 
 
-def numbers(record: dict) -> dict:
+def numbers(record: FlagshipRecord) -> dict:
     """The values Chapter 6's page glues (``ch06-h2h-<framework>-<quantity>``), rounded so that
     they print the same everywhere."""
     out = {}

@@ -20,6 +20,7 @@ from __future__ import annotations
 from helpers.record.flagship_runs import CHECK, FSDP2, ROUND, SHAPE, ZERO2
 from helpers.cost.mfu import H200_BF16_PEAK
 from helpers.record.flagship_summary import summarize
+from helpers.run.result_types.records import FlagshipRun, RunSummary
 from helpers.train.levers import sdpa_in
 
 COMMON = "--precision bf16 --seq 2048 --steps 5 --warmup 3 --ref_steps 3 --profile 1".split()
@@ -182,7 +183,7 @@ def matmul_ceiling(n: int = 8192, sets: int = 4) -> float | None:
     return round(2 * n**3 / times[len(times) // 2] / 1e12, 1)
 
 
-def row(name: str, run: dict, ceiling_tflops: float | None) -> dict:
+def row(name: str, run: FlagshipRun, ceiling_tflops: float | None) -> RunSummary:
     """:func:`helpers.record.flagship_summary.summarize`'s row plus the levers and what they
     show."""
     out = summarize(name, run)

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 from helpers.cost.mfu import flops_per_token, mfu
 from helpers.record.flagship_runs import LOSS_TOLERANCE, ROUND
-from helpers.run.result_types.records import FlagshipRun
+from helpers.run.result_types.records import FlagshipRun, RunSummary, Verdict
 from helpers.train.reference import loss_verdict, mean_losses
 
 
-def summarize(name: str, run: FlagshipRun) -> dict:
+def summarize(name: str, run: FlagshipRun) -> RunSummary:
     """One JSON-able row of a run: throughput, both MFUs, memory, losses against the reference."""
     ranks = [r for r in run.get("results", []) if "framework" in r]
     row = {
@@ -64,7 +64,7 @@ def summarize(name: str, run: FlagshipRun) -> dict:
     return row
 
 
-def compare(rows: list[dict]) -> list[dict]:
+def compare(rows: list[RunSummary]) -> list[Verdict]:
     """The head-to-head's verdict: per run, the median over its rounds and the ratio to FSDP2's
     median.
 
