@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 
 from helpers.run.launch import REPO_ROOT, launch
+from helpers.run.result_types.ch06 import DeepSpeedResult, DeepSpeedRun
 
 DEMO, RANKS = "ch06_deepspeed", 2
 CONFIG = REPO_ROOT / "helpers" / "configs" / "ch06_deepspeed.yaml"  # the demo's default
@@ -25,23 +26,23 @@ COLUMNS = [
 ]
 
 
-def zero_run(timeout_s: float = 300, show: str = "none") -> list[dict]:
+def zero_run(timeout_s: float = 300, show: str = "none") -> list[DeepSpeedResult]:
     """The demo on :data:`RANKS` processes: every rank's result, rank 0 first."""
     run = launch(DEMO, RANKS, [], timeout_s=timeout_s, show=show)
     return [run.first(r) for r in range(RANKS)]
 
 
-def _per_rank(ranks: list[dict], name: str) -> list[dict]:
+def _per_rank(ranks: list[DeepSpeedResult], name: str) -> list[DeepSpeedRun]:
     return [next(r for r in rank["runs"] if r["name"] == name) for rank in ranks]
 
 
-def _collectives(run: dict) -> str:
+def _collectives(run: DeepSpeedRun) -> str:
     return ", ".join(
         f"{op} {run['calls'][op]}: {run['elements'][op]:,}" for op in sorted(run["calls"])
     )
 
 
-def zero_rows(ranks: list[dict]) -> list[dict]:
+def zero_rows(ranks: list[DeepSpeedResult]) -> list[dict]:
     """One row per run of the demo (:data:`COLUMNS`), rank 0's collectives over all its steps."""
     rows = []
     for run in ranks[0]["runs"]:
@@ -66,12 +67,14 @@ def zero_rows(ranks: list[dict]) -> list[dict]:
     return rows
 
 
-def numbers(ranks: list[dict]) -> dict:
+def numbers(ranks: list[DeepSpeedResult]) -> dict:
     """The counts the page quotes, keyed for ``glue_numbers`` (``ch06-ds-*``)."""
     steps = len(ranks[0]["reference"])
     by = {r["name"]: r for r in ranks[0]["runs"]}
-    z1, z2 = by["ZeRO-1"], by["ZeRO-2"]
-    z3, z3p = by["ZeRO-3, persistence threshold 0"], by["ZeRO-3"]
+    z1: DeepSpeedRun = by["ZeRO-1"]
+    z2: DeepSpeedRun = by["ZeRO-2"]
+    z3: DeepSpeedRun = by["ZeRO-3, persistence threshold 0"]
+    z3p: DeepSpeedRun = by["ZeRO-3"]
     return {
         "ch06-ds-psi": z1["held"]["params"],
         "ch06-ds-partition": z3["held"]["partition"],
