@@ -18,6 +18,8 @@ import yaml
 from helpers.config.frameworks import FEATURE_COLUMNS, FEATURES
 from helpers.record.flagship_summary import compare
 from helpers.record.results import recorded
+from helpers.run.result_types.ch08 import FrameworkTrainResult
+from helpers.run.result_types.records import FlagshipRecord, Verdict
 from helpers.run.launch import REPO_ROOT, launch
 
 # (record, FSDP2's run, LowLevelZero ZeRO-2's run, what else the pair shares); a head-to-head's
@@ -97,13 +99,13 @@ def cpu_run(framework: str, timeout_s: float = 300) -> tuple[dict, dict]:
     return run.first(0), run.first(1)
 
 
-def _rank0(record: dict, name: str) -> list[dict]:
+def _rank0(record: FlagshipRecord, name: str) -> list[FrameworkTrainResult]:
     """Rank 0's result of ``name``, or of each of its rounds, where the run finished."""
     runs = [r for r in record["runs"] if r.get("name", "").split(" · round ")[0] == name]
     return [r["results"][0] for r in runs if r.get("ok", True) and r.get("results")]
 
 
-def _median(results: list[dict], key) -> float:
+def _median(results: list[FrameworkTrainResult], key) -> float:
     return statistics.median(key(r) for r in results)
 
 
@@ -116,8 +118,9 @@ def ratio_rows(records: dict[str, dict] | None = None) -> list[dict]:
         records = {n: recorded(n) for n in {p[0] for p in PAIRS}}
     rows = []
     for name, fsdp_run, zero_run, setup in PAIRS:
-        record = records.get(name)
-        f, z = (_rank0(record, n) if record else [] for n in (fsdp_run, zero_run))
+        record: FlagshipRecord | None = records.get(name)
+        f = _rank0(record, fsdp_run) if record else []
+        z = _rank0(record, zero_run) if record else []
         if not f or not z:
             continue
         speed = [_median(x, lambda r: r["tokens_per_s"] / r["gpus"]) for x in (f, z)]
@@ -205,11 +208,12 @@ def equal_rows(records: dict | None = None) -> list[dict]:
         records = {name: recorded(name, gpus=gpus) for name, gpus, *_ in EQUAL}
     rows = []
     for name, gpus, zero, fsdp, same in EQUAL:
-        record = records.get(name)
+        record: FlagshipRecord | None = records.get(name)
         if not record:
             continue
         groups = {g["name"]: g for g in compare([r["summary"] for r in record["runs"]])}
-        z, f = groups.get(zero), groups.get(fsdp)
+        z: Verdict | None = groups.get(zero)
+        f: Verdict | None = groups.get(fsdp)
         if not (z and f and z["valid"] and f["valid"]):
             continue
         ratio, spread = z["median"] / f["median"], max(z["spread"], f["spread"])
