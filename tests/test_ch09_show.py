@@ -3,20 +3,23 @@ launcher."""
 
 from __future__ import annotations
 
-from helpers.chapters.ch09_hybrid_layouts import hybrid_figure, hybrid_rows, mfu_of
+from helpers.chapters.ch09_hybrid_layouts import hybrid_bars, hybrid_rows, mfu_of
 from helpers.chapters.ch09_legacy_launch import legacy_launch
-from helpers.chapters.ch09_moe import moe_load_figure, moe_rows
-from helpers.chapters.ch09_nan_study import nan_figure, nan_rows
+from helpers.chapters.ch09_moe import moe_rows
+from helpers.chapters.ch09_nan_study import loss_curves, nan_rows
 from helpers.chapters.ch09_records import provenance, recorded, run_status
 from helpers.chapters.ch09_resnet import resnet_rows, seed_reference
 from helpers.chapters.ch09_sequence_parallel import (
     attention_scores_gib,
     gpu_capacity_gib,
     oom_request_gib,
-    sp_figure,
     sp_point_rows,
     sp_rows,
+    sweeps,
 )
+from helpers.figures.ch09_hybrid import hybrid_figure, nan_figure
+from helpers.figures.ch09_moe import moe_load_figure
+from helpers.figures.ch09_sequence import sp_figure
 
 HYBRID = {
     "name": "tp=2",
@@ -64,7 +67,9 @@ def test_hybrid_rows_take_the_slowest_rank_and_the_largest_peak():
         and row["MFU"] == "24.4 %"
         and row["peak GiB (largest rank)"] == "50.0"
     )
-    hybrid_figure([{"name": "tp=2", "ok": True, "results": [fast, slow]}, FAILED])
+    bars = hybrid_bars([{"name": "tp=2", "ok": True, "results": [fast, slow]}, FAILED])
+    assert bars == [{"name": "tp=2", "gpus": 2, "tokens_per_s": 100_000, "mfu": 0.2440}]
+    hybrid_figure(bars)
 
 
 def test_mfu_of_recomputes_the_books_definition():
@@ -176,7 +181,8 @@ def test_nan_figure_panels_keep_a_variant_colour():
         "args": ["--tp", "2", "--repeat", "--parallel_output", "0"],
         "results": [],
     }
-    fig = nan_figure([a, b], [b, a2, skipped], titles=("1,024", "2,048"))
+    assert loss_curves([skipped]) == [{"name": "gathered", "args": skipped["args"], "losses": []}]
+    fig = nan_figure(loss_curves([a, b]), loss_curves([b, a2, skipped]), titles=("1,024", "2,048"))
     left, right = fig.axes
 
     def colour(ax, name):
@@ -202,7 +208,8 @@ def test_sp_rows_and_figure():
     assert rows[0]["tokens/s at the longest"] == "90" and rows[1]["out of memory at"].startswith(
         "failed"
     )
-    sp_figure(runs)
+    assert [s["points"] for s in sweeps(runs)] == [points, []]  # a failed run: no points
+    sp_figure(sweeps(runs), gpu_capacity_gib(runs))
     oom = {
         "seq": 16384,
         "oom": True,
@@ -219,17 +226,18 @@ def test_sp_rows_and_figure():
         table[0]["tp=2"] == "1.0 GiB, 100 tokens/s"
         and table[2]["tp=2"] == "OOM: 8 GiB asked, 87.9 GiB held"
     )
-    sp_figure(runs)
+    sp_figure(sweeps(runs), gpu_capacity_gib(runs))
 
 
 def test_nan_figure_marks_non_finite_steps():
     nan = float("nan")
-    nan_figure(
-        [
-            {"name": "a", "results": [{"losses": [5.0, 1.0, nan]}]},
-            {"name": "b", "results": [{"losses": [5.0, 0.1]}]},
-        ]
-    )
+    runs = [
+        {"name": "a", "results": [{"losses": [5.0, 1.0, nan]}]},
+        {"name": "b", "results": [{"losses": [5.0, 0.1]}]},
+    ]
+    (ax,) = nan_figure(loss_curves(runs)).axes
+    crosses = [ln for ln in ax.get_lines() if ln.get_marker() == "x"]
+    assert [list(ln.get_xdata()) for ln in crosses] == [[2], []]  # the NaN of run a, at step 2
 
 
 def test_resnet_and_moe_rows():

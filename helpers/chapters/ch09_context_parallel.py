@@ -1,5 +1,6 @@
-"""Chapter 9, "Context parallelism: ring attention": the ring demo's checks, tables and figure,
-the comparison with Ulysses, and Colossal-AI 0.5.0's ``ring_attn`` read and called.
+"""Chapter 9, "Context parallelism: ring attention": the ring demo's checks and tables, the work
+per rank and step that :func:`helpers.figures.ch09_sequence.work_figure` draws, the comparison
+with Ulysses, and Colossal-AI 0.5.0's ``ring_attn`` read and called.
 
 Used by ``notebooks/09_quick_demos.ipynb`` and ``tests/test_ch09_context_parallel.py``. The demo
 is ``helpers/demos/ch09_ring_attention.py``; the formulas are in :mod:`helpers.parallel.cp` (the
@@ -12,11 +13,8 @@ import contextlib
 import warnings
 from unittest import mock
 
-import matplotlib.pyplot as plt
-
 from helpers.cost.comm import NOMINAL_LINKS, ops_bytes_sent, ulysses_layer_ops
 from helpers.cost.mfu import H200_BF16_PEAK
-from helpers.figures.style import DPI
 from helpers.parallel.cp import (
     LAYOUTS,
     critical_path,
@@ -69,28 +67,10 @@ def _spans(pos: list[int]) -> str:
     return ", ".join(spans)
 
 
-def work_figure(results: list[dict]):
-    """Chunk pairs each rank computed at each ring step, counted in the run: contiguous blocks
-    against zigzag, with each step's slowest rank (the step's time) summed into the critical
-    path."""
-    fig, axes = plt.subplots(1, 2, figsize=(8, 2.8), dpi=DPI, sharey=True)
-    for ax, layout in zip(axes, LAYOUTS):
-        work = [r["work"] for r in ring_results(results, layout)]
-        ax.imshow(work, cmap="Blues", vmin=0, vmax=4)
-        for r, row in enumerate(work):
-            for t, n in enumerate(row):
-                ax.text(t, r, n, ha="center", va="center", color="white" if n > 2 else "black")
-        ax.set_xticks(range(len(work[0])))
-        ax.set_yticks(range(len(work)))
-        ax.set_xlabel("ring step")
-        total = [sum(row) for row in work]
-        ax.set_title(
-            f"{layout}: per rank {min(total)}-{max(total)},\ncritical path {critical_path(work)}",
-            fontsize=9,
-        )
-    axes[0].set_ylabel("rank")
-    fig.tight_layout()
-    return fig
+def work_by_layout(results: list[dict]) -> dict[str, list[list[int]]]:
+    """Per layout, the chunk pairs each rank computed at each ring step (``[rank][step]``), as
+    :func:`helpers.figures.ch09_sequence.work_figure` draws them."""
+    return {layout: [r["work"] for r in ring_results(results, layout)] for layout in LAYOUTS}
 
 
 def ulysses_bytes(b: int, s: int, h: int, ranks: int, e: int) -> float:

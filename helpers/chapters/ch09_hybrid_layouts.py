@@ -1,16 +1,14 @@
 """Chapter 9, "Hybrid parallelism: a Llama under HybridParallelPlugin": each layout's numbers.
 
-Throughput, MFU, peak memory and losses of each recorded layout. Used by
-``notebooks/09_quick_demos.ipynb`` (the table and the bar figure) and by
+Throughput, MFU, peak memory and losses of each recorded layout, and the model's FLOPs per token.
+Used by ``notebooks/09_quick_demos.ipynb`` (the table, and the bars of :func:`hybrid_bars` that
+:func:`helpers.figures.ch09_hybrid.hybrid_figure` draws) and by
 :mod:`helpers.chapters.ch02_combining` (the slowest rank, MFU).
 """
 
 from __future__ import annotations
 
-import matplotlib.pyplot as plt
-
 from helpers.chapters.ch09_records import failure_line, first_rank
-from helpers.figures.style import DPI, RANK_COLOURS
 
 
 def mfu_of(result: dict) -> float:
@@ -62,24 +60,29 @@ def hybrid_rows(runs: list[dict]) -> list[dict]:
     return rows
 
 
-def hybrid_figure(runs: list[dict]):
-    """Tokens/s and MFU of each layout, as bars; one GPU in grey."""
+def hybrid_bars(runs: list[dict]) -> list[dict]:
+    """Per layout that ran, what :func:`helpers.figures.ch09_hybrid.hybrid_figure` draws: its
+    GPUs and its slowest rank's tokens/s and MFU (:func:`slowest`, :func:`mfu_of`)."""
     done = [(run["name"], slowest(run)) for run in runs if "tokens_per_s" in first_rank(run)]
-    fig, (speed, util) = plt.subplots(
-        1, 2, figsize=(9, 0.45 * len(done) + 1.2), dpi=DPI, sharey=True
-    )
-    colours = ["#8C8C8C" if r["gpus"] == 1 else RANK_COLOURS[0] for _, r in done]
-    y = list(range(len(done)))[::-1]
-    for ax, values, label, fmt in (
-        (speed, [r["tokens_per_s"] for _, r in done], "tokens/s (all GPUs)", "{:,.0f}"),
-        (util, [100 * mfu_of(r) for _, r in done], "MFU (%)", "{:.1f} %"),
-    ):
-        ax.barh(y, values, color=colours)
-        for k, v in zip(y, values):
-            ax.text(v, k, " " + fmt.format(v), va="center", fontsize=7)
-        ax.set_xlim(0, 1.3 * max(values))
-        ax.set_xlabel(label)
-    speed.xaxis.set_major_formatter(lambda v, _: f"{v / 1000:.0f}k")
-    speed.set_yticks(y, [name for name, _ in done], fontsize=8)
-    fig.tight_layout()
-    return fig
+    return [
+        {"name": name, "gpus": r["gpus"], "tokens_per_s": r["tokens_per_s"], "mfu": mfu_of(r)}
+        for name, r in done
+    ]
+
+
+def flops_numbers(config, flops: float, peak: float, gpus: int = 2) -> dict:
+    """The glued size of the chapter's Llama (``config``) and its ``flops`` per token: parameters
+    and Ψ_mm (without the embedding) in billions, the embedding in millions, GFLOP per token
+    without and with the embedding's 6·V·h, and the tokens/s of 100 % MFU on ``gpus`` GPUs of
+    ``peak`` FLOP/s."""
+    from helpers.models.llama import llama_params  # torch
+
+    params, embedding = llama_params(config), config.vocab_size * config.hidden_size
+    return {
+        "ch09-params-b": params / 1e9,
+        "ch09-psi-mm-b": (params - embedding) / 1e9,
+        "ch09-gflop": flops / 1e9,
+        "ch09-full-mfu-tokens": gpus * peak / flops,
+        "ch09-embedding-m": embedding / 1e6,
+        "ch09-gflop-with-embedding": (flops + 6 * embedding) / 1e9,
+    }

@@ -1,16 +1,14 @@
 """Chapter 9, "Mixture of experts and expert parallelism": routed load, the all-to-all bytes and
 saved buffers counted in the CPU demo against :mod:`helpers.cost.moe`, and the recorded MoE runs.
+The routed load is drawn by :func:`helpers.figures.ch09_moe.moe_load_figure`.
 
 Used by ``notebooks/09_quick_demos.ipynb`` and ``tests/test_ch09_moe_balance.py``.
 """
 
 from __future__ import annotations
 
-import matplotlib.pyplot as plt
-
 from helpers.chapters.ch09_records import failure_line, first_rank
 from helpers.cost.moe import buffer_slots, dispatch_bytes
-from helpers.figures.style import DPI, RANK_COLOURS
 from helpers.run.result_types.ch09 import MoeResult
 
 
@@ -48,26 +46,6 @@ def saved_growth(low: list[dict], high: list[dict]) -> dict:
     formula = slots * (a["hidden"] + 2 * a["ffn"]) * a["element_size"]
     counted = {r["saved_bytes"] - s["saved_bytes"] for r, s in zip(high, low)}
     return {"slots": slots, "counted": sorted(counted), "formula": formula}
-
-
-def moe_load_figure(results: list[MoeResult]):
-    """Tokens routed to each expert, stacked by the rank they came from; the line is the capacity
-    of one rank's group, so a bar segment above it is partly dropped."""
-    experts = results[0]["experts"]
-    fig, ax = plt.subplots(figsize=(6, 2.8), dpi=DPI)
-    bottom = [0] * experts
-    for r, colour in zip(results, RANK_COLOURS * 4):
-        ax.bar(
-            range(experts), r["routed"], bottom=bottom, color=colour, label=f"from rank {r['rank']}"
-        )
-        bottom = [b + x for b, x in zip(bottom, r["routed"])]
-    ax.axhline(results[0]["capacity"], color="black", ls="--", lw=1, label="capacity per rank")
-    owner = {e: r["rank"] for r in results for e in r["local_experts"]}
-    ax.set_xticks(range(experts), [f"e{e}\n(rank {owner[e]})" for e in range(experts)], fontsize=7)
-    ax.set_ylabel("tokens routed")
-    ax.legend(fontsize=7, ncol=2)
-    fig.tight_layout()
-    return fig
 
 
 def moe_rows(runs: list[dict]) -> list[dict]:

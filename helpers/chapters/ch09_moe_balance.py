@@ -1,5 +1,6 @@
 """Chapter 9, "Balancing the experts": the single-process reference of the balancing runs, their
-per-step load and drop rate, and the figure.
+per-step load and drop rate, and the curves that
+:func:`helpers.figures.ch09_moe.balance_figure` draws (:func:`lines`).
 
 Used by ``notebooks/09_quick_demos.ipynb`` and ``tests/test_ch09_moe_balance.py``.
 ``helpers/demos/ch09_moe_balance.py`` trains one MoE layer on expert-parallel ranks with no
@@ -15,11 +16,9 @@ from __future__ import annotations
 import contextlib
 from pathlib import Path
 
-import matplotlib.pyplot as plt
 import torch
 import yaml
 
-from helpers.figures.style import DPI
 from helpers.parallel.ep import MoELayer, imbalance, toy_batch, update_bias
 from helpers.run.result_types.ch09 import MoeBalanceResult
 
@@ -172,30 +171,7 @@ def capacity_sweep(routed: list[list[int]], k: int, tokens: int, factors) -> lis
     return rows
 
 
-def balance_figure(runs: list[dict], capacity_mean: float | None = None):
-    """Max/mean load and drop rate against the step, one line per run; then the load per expert
-    averaged over the last ten steps."""
-    fig, axes = plt.subplots(1, 3, figsize=(11, 3.0), dpi=DPI)
-    styles = {"none": ("#8C8C8C", "-"), "aux": ("#4C72B0", None), "bias": ("#C44E52", "-")}
-    dashes = iter(["--", "-"])
-    for i, run in enumerate(runs):
-        s = series(run)
-        colour, ls = styles[run["method"]]
-        ls = ls or next(dashes)
-        axes[0].plot(range(1, len(s["max_over_mean"]) + 1), s["max_over_mean"], color=colour,
-                     ls=ls, lw=1.2, label=name(run))  # fmt: skip
-        axes[1].plot([100 * d for d in s["drop_rate"]], color=colour, ls=ls, lw=1.2)
-        tail = [sum(col) / 10 for col in zip(*s["load"][-10:])]
-        width = 0.8 / len(runs)
-        xs = [e + (i - (len(runs) - 1) / 2) * width for e in range(len(tail))]
-        axes[2].bar(xs, tail, width=width, color=colour, alpha=0.6 if ls == "--" else 1.0)
-    axes[0].axhline(1, color="black", lw=0.8, ls=":")
-    axes[0].set(xlabel="step", ylabel="max / mean load", ylim=(0.9, None))
-    axes[1].set(xlabel="step", ylabel="choices dropped (%)")
-    if capacity_mean is not None:
-        axes[2].axhline(capacity_mean, color="black", lw=0.8, ls=":")
-    axes[2].set(xlabel="expert", ylabel="tokens routed, last 10 steps")
-    handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="upper center", ncol=len(runs), fontsize=7, frameon=False)
-    fig.tight_layout(rect=(0, 0, 1, 0.92))
-    return fig
+def lines(runs: list[dict]) -> list[dict]:
+    """Per run, what :func:`helpers.figures.ch09_moe.balance_figure` draws: its method, its name
+    (:func:`name`) and its :func:`series`."""
+    return [{"method": run["method"], "name": name(run), **series(run)} for run in runs]

@@ -1,16 +1,16 @@
 """Chapter 9, "The tp=2 bf16 NaN": the loss of each variant per step, and the first non-finite step.
 
-Used by ``notebooks/09_quick_demos.ipynb`` for the parts ``nan`` (sequence 1,024) and ``nan2048``,
-and for the CPU run of Colossal-AI's vocabulary-parallel cross-entropy in bf16
-(``helpers.demos.ch09_dist_ce``: :func:`dist_ce_rows`, :func:`first_zero_gradient`).
+Used by ``notebooks/09_quick_demos.ipynb`` for the parts ``nan`` (sequence 1,024) and ``nan2048``
+(their tables, each run's status as recorded and as the chapter shows it, and the loss curves of
+:func:`loss_curves` that :func:`helpers.figures.ch09_hybrid.nan_figure` draws), and for the CPU
+run of Colossal-AI's vocabulary-parallel cross-entropy in bf16 (``helpers.demos.ch09_dist_ce``:
+:func:`dist_ce_rows`, :func:`first_zero_gradient`).
 """
 
 from __future__ import annotations
 
-import matplotlib.pyplot as plt
-
 from helpers.chapters.ch09_records import first_rank, run_status
-from helpers.figures.style import DPI, RANK_COLOURS
+from helpers.notebook.tables import html_table
 from helpers.run.result_types.ch09 import DistCeResult
 
 
@@ -87,56 +87,6 @@ def first_zero_gradient(results: list[DistCeResult]) -> dict:
     }
 
 
-def _variant(run: dict):
-    """What a NaN-study run varies (tensor parallel, repeated batch, gathered logits), read from its
-    recorded flags, so that the same variant keeps its colour in every panel; the name if no
-    flags."""
-    args = run.get("args")
-    return (
-        ("--tp" in args, "--repeat" in args, "--parallel_output" in args) if args else run["name"]
-    )
-
-
-def nan_figure(*studies: list[dict], titles: tuple[str, ...] = ()):
-    """Loss per step of each NaN-study run on a log scale, one panel per study (the runs of part
-    ``nan``, sequence 1,024, and of ``nan2048``); a variant keeps its colour and line style across
-    panels, a cross marks a non-finite step, and a run that reported no losses is left out."""
-    fig, axes = plt.subplots(
-        1,
-        len(studies),
-        figsize=(7 if len(studies) == 1 else 11, 3.2),
-        dpi=DPI,
-        sharey=True,
-        squeeze=False,
-    )
-    styles: dict = {}
-    for ax, runs, title in zip(axes[0], studies, list(titles) + [""] * len(studies)):
-        for run in runs:
-            losses = first_rank(run).get("losses", [])
-            if not losses:
-                continue
-            colour, style = styles.setdefault(
-                _variant(run),
-                (
-                    RANK_COLOURS[len(styles) % len(RANK_COLOURS)],
-                    ("-", "--", ":", "-.")[len(styles) % 4],
-                ),
-            )
-            ax.plot(range(len(losses)), losses, style, color=colour, lw=1.5, label=run["name"])
-            bad = [k for k, x in enumerate(losses) if x != x or x in (float("inf"), float("-inf"))]
-            ax.plot(bad, [1.0] * len(bad), "x", color=colour, ms=10, mew=2)
-        ax.axvline(11, color="black", ls=":", lw=1)
-        ax.text(11.2, 1.0, "step of the reported NaN\n(0.95 B, seq 2048)", fontsize=7)
-        ax.set_yscale("log")
-        ax.set_xticks(range(0, 21, 2))
-        ax.set_xlabel("step")
-        ax.set_title(title, fontsize=9)
-        ax.legend(fontsize=7)
-    axes[0][0].set_ylabel("loss (log scale)")
-    fig.tight_layout()
-    return fig
-
-
 def reader_status(status: str) -> str:
     """A run's :func:`helpers.chapters.ch09_records.run_status` as the chapter shows it: what
     the run gives the reader (its steps, or that it did not run); the launcher's details stay in
@@ -147,3 +97,29 @@ def reader_status(status: str) -> str:
     if status.startswith("not run"):
         return "not run"
     return status
+
+
+def reader_rows(rows: list[dict]) -> list[dict]:
+    """The rows of :func:`nan_rows` with each status as the chapter shows it
+    (:func:`reader_status`)."""
+    return [{**row, "status": reader_status(row["status"])} for row in rows]
+
+
+def glue_statuses(key: str, rows: list[dict]) -> None:
+    """Glue each run's status as recorded (the ``status`` of :func:`nan_rows`) as a table under
+    ``key``, for the appendix; shown nowhere in the notebook."""
+    from IPython.display import HTML
+    from myst_nb import glue
+
+    statuses = [{"run": row["run"], "status as recorded": row["status"]} for row in rows]
+    glue(key, HTML(html_table(statuses, list(statuses[0]))), display=False)
+
+
+def loss_curves(runs: list[dict]) -> list[dict]:
+    """Per run of a NaN study, what :func:`helpers.figures.ch09_hybrid.nan_figure` draws: its name,
+    its recorded flags (``args``, which tell its variant) and the losses it reported (none for a
+    run that did not run)."""
+    return [
+        {"name": run["name"], "args": run.get("args"), "losses": first_rank(run).get("losses", [])}
+        for run in runs
+    ]

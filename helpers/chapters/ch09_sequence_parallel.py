@@ -1,18 +1,16 @@
 """Chapter 9, "Memory and throughput against sequence length": the sequence-parallel sweep.
 
 Used by ``notebooks/09_quick_demos.ipynb``: each layout's points (one per sequence length) with
-their memory and speed, the allocation a run failed on as the CUDA error states it, and the size
-of the attention scores (:func:`sp_oom_rows`, :func:`kept_scores_gib`).
+their memory and speed (drawn by :func:`helpers.figures.ch09_sequence.sp_figure`), the allocation
+a run failed on as the CUDA error states it, and the size of the attention scores
+(:func:`sp_oom_rows`, :func:`kept_scores_gib`).
 """
 
 from __future__ import annotations
 
 import re
 
-import matplotlib.pyplot as plt
-
 from helpers.chapters.ch09_records import failure_line
-from helpers.figures.style import DPI, RANK_COLOURS
 
 
 def sweep_points(run: dict) -> list[dict]:
@@ -76,51 +74,10 @@ def sp_point_rows(runs: list[dict]) -> list[dict]:
     return rows
 
 
-def sp_figure(runs: list[dict]):
-    """Peak memory and tokens/s against sequence length; a cross at the GPU's capacity where the
-    layout ran out of memory."""
-    fig, (mem, speed) = plt.subplots(1, 2, figsize=(9, 3.4), dpi=DPI)
-    capacity = gpu_capacity_gib(runs)
-    for run, colour, shift in zip(runs, RANK_COLOURS, (1.0, 0.88, 1.12, 1.24)):
-        ok = [p for p in sweep_points(run) if not p["oom"]]
-        mem.plot(
-            [p["seq"] for p in ok],
-            [p["peak_mib"] / 1024 for p in ok],
-            "o-",
-            color=colour,
-            label=run["name"],
-        )
-        speed.plot(
-            [p["seq"] for p in ok],
-            [p["tokens_per_s"] for p in ok],
-            "o-",
-            color=colour,
-            label=run["name"],
-        )
-        for p in sweep_points(run):
-            if p["oom"]:
-                mem.plot(
-                    [p["seq"] * shift],
-                    [capacity or p["peak_mib"] / 1024],
-                    "x",
-                    color=colour,
-                    ms=10,
-                    mew=2,
-                )
-    if capacity:
-        mem.axhline(capacity, color="black", ls="--", lw=1)
-        mem.text(2048, capacity, f"GPU capacity {capacity:.1f} GiB", va="bottom", fontsize=7)
-    for ax, label in ((mem, "peak memory per GPU (GiB)"), (speed, "tokens/s (2 GPUs)")):
-        ax.set_xscale("log", base=2)
-        ax.xaxis.set_major_formatter(lambda v, _: f"{v:,.0f}")
-        ax.set_xlabel("sequence length")
-        ax.set_ylabel(label)
-    speed.yaxis.set_major_formatter(lambda v, _: f"{v / 1000:.0f}k")
-    mem.set_ylim(0, 1.12 * (capacity or mem.get_ylim()[1]))
-    mem.set_title("× = out of memory at that length", fontsize=9)
-    speed.legend(fontsize=7)
-    fig.tight_layout()
-    return fig
+def sweeps(runs: list[dict]) -> list[dict]:
+    """Per layout, what :func:`helpers.figures.ch09_sequence.sp_figure` draws: its name and its
+    :func:`sweep_points`."""
+    return [{"name": run["name"], "points": sweep_points(run)} for run in runs]
 
 
 def attention_scores_gib(
