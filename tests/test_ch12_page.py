@@ -80,7 +80,7 @@ def test_the_planner_statements_match_the_stored_ranking():
 
 
 def test_the_patterns_quoted_on_the_page():
-    from helpers.chapters.ch12_figures import pattern_rows
+    from helpers.chapters.ch12_layouts import pattern_rows
 
     text = " ".join(PAGE.split())
     rows = {r["rule"].split(" (")[0]: r for r in pattern_rows()}

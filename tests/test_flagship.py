@@ -145,7 +145,8 @@ def test_quick_flagship_runs_fsdp2_eager_and_compiled_on_gloo():
 def test_recorded_flagship_table_and_figure():
     """The book's table is recomputed from the ranks' results; every recorded run's loss is
     checked."""
-    from helpers.chapters.ch08_flagship import COLUMNS, figure, recorded, setup, table_rows
+    from helpers.chapters.ch08_flagship import COLUMNS, recorded, setup, table_rows
+    from helpers.figures.ch08_flagship import mfu_figure
 
     record = recorded()
     if record is None:
@@ -163,7 +164,7 @@ def test_recorded_flagship_table_and_figure():
             assert s["tokens_per_s_per_gpu"] * s["gpus"] == pytest.approx(
                 run["results"][0]["tokens_per_s"], abs=2
             )
-    assert len(figure(record).axes[0].patches) == sum(
+    assert len(mfu_figure(record).axes[0].patches) == sum(
         summarize(r["name"], r)["ok"] for r in record["runs"]
     )
     assert (
@@ -393,7 +394,8 @@ def test_recorded_head_to_head_and_tuning_steps():
     from helpers.record.flagship_runs import HEAD_TO_HEAD
     from helpers.record.flagship_summary import compare
     from helpers.chapters.ch08_flagship import recorded
-    from helpers.chapters.ch08_tuning import STEPS, h2h_figure, h2h_rows, step_rows
+    from helpers.chapters.ch08_tuning import STEPS, h2h_rows, step_rows
+    from helpers.figures.ch08_flagship import h2h_figure
 
     runs, h2h = recorded(), recorded("flagship_h2h")
     if runs is None or h2h is None:

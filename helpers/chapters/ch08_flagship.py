@@ -1,10 +1,11 @@
-"""Chapter 8's flagship records as the book shows them: the run list's table and MFU figure.
+"""Chapter 8's flagship records as the book shows them: the run list's table and kernel tables.
 
 Reads what :mod:`helpers.record.flagship` recorded (``flagship.json``: the run list, one knob per
 row) and recomputes every number from the ranks' results with
 :func:`helpers.record.flagship_summary.summarize`; nothing here is typed in. The tuning steps
 and the head-to-head are in :mod:`helpers.chapters.ch08_tuning`, the one-GPU record beside the
-2-GPU runs in :mod:`helpers.chapters.ch08_one_gpu`.
+2-GPU runs in :mod:`helpers.chapters.ch08_one_gpu`; the MFU figure is
+:func:`helpers.figures.ch08_flagship.mfu_figure`.
 """
 
 from __future__ import annotations
@@ -130,33 +131,3 @@ def columns(rows: list[dict]) -> list[str]:
     return ["run", "step", "idle"] + [
         h for h in KERNEL_HEADERS.values() if any(h in r for r in rows)
     ]
-
-
-def figure(record: FlagshipRecord, target: float = 0.5):
-    """MFU per run (book's count, bars; PaLM's count with every parameter, dots), FSDP2 grey,
-    Colossal-AI blue; the target line."""
-    import matplotlib.pyplot as plt
-
-    rows = [summarize(r["name"], r) for r in record["runs"]]
-    rows = [r for r in rows if r["ok"]]
-    fig, ax = plt.subplots(figsize=(8, 0.45 * len(rows) + 1.2))
-    y = list(range(len(rows)))[::-1]
-    colors = ["#999999" if r["framework"] == "fsdp2" else "#1f77b4" for r in rows]
-    ax.barh(y, [100 * r["mfu"] for r in rows], color=colors, hatch=None)
-    ax.scatter(
-        [100 * r["mfu_all_params"] for r in rows],
-        y,
-        color="black",
-        s=12,
-        zorder=3,
-        label="N = all parameters",
-    )
-    for yi, r in zip(y, rows):
-        if not r["loss_ok"]:
-            ax.text(1, yi, "loss off the reference", va="center", color="red")
-    ax.axvline(100 * target, color="red", ls="--", lw=1, label=f"{100 * target:.0f} % target")
-    ax.set_yticks(y, [r["name"] for r in rows])
-    ax.set_xlabel("MFU % (bars: the book's count, N without the input embedding)")
-    ax.legend(loc="lower right", fontsize=8)
-    fig.tight_layout()
-    return fig

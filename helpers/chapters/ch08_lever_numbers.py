@@ -1,9 +1,10 @@
 """Chapter 8's one-H200 numbers, computed for the notebook to print, check and glue onto the page.
 
-:func:`lever_numbers` reads the lever record (one lever per row, ``flagship_levers``),
-:func:`lever_h2h_numbers` the five alternated rounds of the best levers under Colossal-AI and
-FSDP2, :func:`trace_numbers` the traced flagship step and its memory snapshot beside Chapter 7's
-model, :func:`fp8_numbers` the FP8 record. :func:`reference_rate_rows` lists the bf16 matmul
+:func:`lever_numbers` reads the lever record (one lever per row, ``flagship_levers``), and
+:func:`check_lever_numbers` checks what the page says of it; :func:`lever_h2h_numbers` reads
+the five alternated rounds of the best levers under Colossal-AI and FSDP2, :func:`trace_numbers`
+the traced flagship step and its memory snapshot beside Chapter 7's model, :func:`fp8_numbers`
+the FP8 record. :func:`reference_rate_rows` lists the bf16 matmul
 rate measured at each recording, for the appendix. Rows come from
 :mod:`helpers.chapters.ch08_levers`; keys are ``ch08-…``, values unrounded, percentages in per
 cent. The model FLOPs are the book's MFU count (:mod:`helpers.cost.mfu`): 6·Ψ_mm per token for
@@ -120,6 +121,23 @@ def lever_numbers(record: FlagshipRecord) -> dict:
     out["ch08-lever-fp8-bound"] = step_speedup(_matmul_share(base), 2.0)
     out |= _best_numbers(runs, shape)
     return out | _recompute_numbers(by_key["recompute32"], base, by_key["mbs24"], shape)
+
+
+def check_lever_numbers(ln: dict) -> None:
+    """What the page says of :func:`lever_numbers`: the base keeps the GPU busy, each lever's
+    price, and the attention rate as the MFU count charges it."""
+    assert ln["ch08-lever-base-idle-ms"] < 1  # the base keeps the GPU busy
+    assert (
+        ln["ch08-lever-liger-gain"] < 1 < ln["ch08-lever-best24-gain"]
+    )  # Liger pays with a larger step
+    assert ln["ch08-lever-fuse-matmul-ms"] < ln["ch08-lever-base-matmul-ms"]  # cheaper products...
+    assert ln["ch08-lever-fuse-gain"] < 1  # ...and a slower step
+    # recomputing buys memory with time
+    assert ln["ch08-lever-recompute32-gain"] < ln["ch08-lever-mbs24-gain"]
+    # The count charges attention the whole s x s matrix; a causal kernel computes about half of it:
+    # over-counting inflates the counted rate (near the reference), it does not cap it.
+    assert ln["ch08-best-attention-rate"] > ln["ch08-best-matmul-rate"] / 2
+    assert ln["ch08-best-attention-half-rate"] == ln["ch08-best-attention-rate"] / 2
 
 
 def _matmul_rate(s: dict, shape: dict, extra: float = 0.0) -> float:

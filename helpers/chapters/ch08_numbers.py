@@ -3,9 +3,9 @@
 :func:`lab_numbers` reads the failure labs the notebook has just run (their logs);
 :func:`oom_numbers` and :func:`tune_numbers` read the two-GPU records ``ch08_oom`` and
 ``ch08_tune``; :func:`flagship_numbers` the flagship's run list and head-to-head on two GPUs and
-its one-GPU record. The one-H200 lever, head-to-head and FP8 records are
-:mod:`helpers.chapters.ch08_lever_numbers`. Keys are ``ch08-…``; values are unrounded (the page
-formats them); percentages are in per cent.
+its one-GPU record, and :func:`check_flagship_numbers` checks what the page says of them. The
+one-H200 lever, head-to-head and FP8 records are :mod:`helpers.chapters.ch08_lever_numbers`.
+Keys are ``ch08-…``; values are unrounded (the page formats them); percentages are in per cent.
 """
 
 from __future__ import annotations
@@ -244,3 +244,14 @@ def one_gpu_numbers() -> dict:
     a, b = out["ch08-one-1-tps"], out["ch08-one-2-tps"]
     out["ch08-one-framework-gap"] = 100 * abs(a - b) / max(a, b)
     return out
+
+
+def check_flagship_numbers(fl: dict) -> None:
+    """What the page says of :func:`flagship_numbers`: compiling is the big step, Colossal-AI and
+    FSDP2 are at parity, ZeRO-1's extra gradient bytes are hidden, one GPU is faster per GPU."""
+    gains = [fl[f"ch08-flag-{k}-gain"] for k in ("buckets", "compile", "fused-adam", "mbs16")]
+    assert max(gains) == fl["ch08-flag-compile-gain"] > 1.2  # compiling is the big step
+    assert 1 < fl["ch08-h2h-norm-ratio"] < 1 + fl["ch08-h2h-overlap-spread"] / 100  # parity
+    assert abs(fl["ch08-flag-zero1-gain"] - 1) < 0.005  # twice the gradient bytes, hidden
+    assert fl["ch08-flag-zero1-comm-ms"] > fl["ch08-flag-mbs16-comm-ms"]
+    assert all(fl[f"ch08-one-{k}-ratio"] > 1 for k in range(3))  # one GPU: nothing to communicate

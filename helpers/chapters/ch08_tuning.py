@@ -1,6 +1,7 @@
 """Chapter 8, "The flagship run: 54 % MFU on two H200s": each tuning step, and the head-to-head.
 
-Used by ``notebooks/08_troubleshooting.ipynb``. A step's measured effect compares two runs of one
+Used by ``notebooks/08_troubleshooting.ipynb`` (the head-to-head's figure is
+:func:`helpers.figures.ch08_flagship.h2h_figure`). A step's measured effect compares two runs of one
 record (``flagship.json``, the run list; ``flagship_h2h.json``, the best runs alternated in
 rounds), recomputed with :func:`helpers.record.flagship_summary.summarize` and
 :func:`helpers.record.flagship_summary.compare`.
@@ -112,28 +113,3 @@ def h2h_rows(record: dict) -> list[dict]:
         for g in groups
         if g["median"]
     ]
-
-
-def h2h_figure(record: dict):
-    """Each round's throughput as a dot, the median as a bar tick; FSDP2's median as a grey line."""
-    import matplotlib.pyplot as plt
-
-    groups = [g for g in compare([summarize(r["name"], r) for r in record["runs"]]) if g["median"]]
-    fig, ax = plt.subplots(figsize=(8, 0.6 * len(groups) + 1.4))
-    for y, g in enumerate(reversed(groups)):
-        color = "#999999" if g["framework"] == "fsdp2" else "#1f77b4"
-        ax.scatter(
-            g["tokens_per_s_per_gpu"],
-            [y] * len(g["tokens_per_s_per_gpu"]),
-            color=color,
-            s=30,
-            zorder=3,
-        )
-        ax.plot([g["median"]] * 2, [y - 0.3, y + 0.3], color=color, lw=3)
-        if g["framework"] == "fsdp2":
-            ax.axvline(g["median"], color="#999999", ls="--", lw=1, label="FSDP2's median")
-    ax.set_yticks(range(len(groups)), [g["name"] for g in reversed(groups)])
-    ax.set_xlabel("tokens/s per GPU (dots: rounds; tick: median)")
-    ax.legend(loc="lower right", fontsize=8)
-    fig.tight_layout()
-    return fig

@@ -267,3 +267,8 @@ def error_rows(eta: float | None = None) -> list[dict]:
             }
         )
     return rows
+
+
+def errors_by_run(eta: float | None = None) -> dict[str, float]:
+    """run -> its error in per cent (:func:`error_rows`), for the runs with a published figure."""
+    return {r["run"]: r["error %"] for r in error_rows(eta) if r["error %"] != "-"}
