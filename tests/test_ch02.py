@@ -14,7 +14,8 @@ import matplotlib
 import pytest
 
 matplotlib.use("Agg")
-from helpers.notebook.plots_ch02_mesh import mesh_figure  # noqa: E402
+from helpers.chapters.ch02_builder import builder_numbers, partner_line  # noqa: E402
+from helpers.figures.ch02_mesh import mesh_figure  # noqa: E402
 from helpers.run.launch import launch  # noqa: E402
 from helpers.parallel.layouts import (
     QWEN2_7B,
@@ -110,6 +111,16 @@ def test_builder_analogy():
     assert [len(builder.groups(a)) for a in ("tp", "pp", "dp")] == [8, 8, 16]
     talk = set(itertools.chain(*(builder.group_of(21, a) for a in ("tp", "pp", "dp")))) - {21}
     assert len(talk) == 3 + 3 + 1
+    assert partner_line(builder, "tp", [20, 22, 23]) == (
+        "  works beside        20 (paint), 22 (light), 23 (plumb)"
+    )
+    assert partner_line(builder, "dp", [5]) == "  compares notes with 5 (crew 0)"
+    assert builder_numbers(builder, len(talk)) == {
+        "ch02-builder-tp-groups": 8,
+        "ch02-builder-pp-groups": 8,
+        "ch02-builder-dp-groups": 16,
+        "ch02-builder-partners": 7,
+    }
 
 
 # --- every number the page quotes, recomputed ----------------------------------------------------

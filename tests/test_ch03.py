@@ -6,6 +6,7 @@ import pytest
 from helpers.cost import calibration as ch03_calibration
 from helpers.record import ch03, ch03_validation
 from helpers.cost.comm import Link, collective_time
+from helpers.figures.ch03_comm import busbw_figure
 from helpers.run.launch import launch
 
 
@@ -188,5 +189,5 @@ def test_validation_rows_map_runs_to_planner_layouts():
 def test_busbw_figure_draws():
     truth = Link("truth", 300e9, 12e-6)
     table, _ = ch03_calibration.collective_table(_rows(truth))
-    fig = ch03_calibration.busbw_figure(table)
+    fig = busbw_figure(table)
     assert len(fig.axes) == 2 and len(fig.axes[0].lines) == 4

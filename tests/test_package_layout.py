@@ -60,3 +60,53 @@ def test_pointers_name_what_the_reader_has():
                 for m in pattern.finditer(path.read_text())
             ]
     assert not found
+
+
+FIGURES = HELPERS / "figures"
+DRAWS = ("subplots", "figure", "subplot_mosaic")  # plt.<one of these>(...) makes a figure
+
+
+def _draws(tree: ast.AST) -> list[int]:
+    """Lines that make a matplotlib figure: ``plt.subplots(...)``, ``plt.figure(...)``, ..."""
+    return [
+        n.lineno
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Call)
+        and isinstance(n.func, ast.Attribute)
+        and n.func.attr in DRAWS
+        and getattr(n.func.value, "id", None) in ("plt", "pyplot")
+    ]
+
+
+def test_figures_are_drawn_in_one_package():
+    """Every figure the book shows is drawn in ``helpers.figures``; chapters, records and the
+    notebook tools pass data in and show what comes back."""
+    outside = [
+        f"{p.relative_to(ROOT)}:{line}"
+        for p in MODULES
+        if FIGURES not in p.parents
+        for line in _draws(ast.parse(p.read_text()))
+    ]
+    assert not outside, "a figure drawn outside helpers/figures:\n" + "\n".join(outside)
+    assert all(
+        _draws(ast.parse(p.read_text()))
+        for p in FIGURES.glob("*.py")
+        if p.stem != "style" and p.stem != "__init__"
+    )
+
+
+MAX_CELL_LINES = 20
+
+
+def test_a_notebook_code_cell_is_at_most_20_lines():
+    """A cell the reader can take in at once; longer glue belongs in the chapter's module."""
+    import json
+
+    long = [
+        f"{nb.name} cell {i}: {n} lines"
+        for nb in sorted((ROOT / "notebooks").glob("*.ipynb"))
+        for i, cell in enumerate(json.loads(nb.read_text())["cells"])
+        if cell["cell_type"] == "code"
+        and (n := len("".join(cell["source"]).splitlines())) > MAX_CELL_LINES
+    ]
+    assert not long, "\n".join(long)

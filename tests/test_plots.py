@@ -1,5 +1,5 @@
-"""helpers.notebook.plots and plots_ch01_dimensions: the figures are drawn from computed data,
-and show() works without myst-nb."""
+"""helpers.notebook.plots and helpers.figures.ch01_dimensions: the figures are drawn from computed
+data, and show() works without myst-nb."""
 
 import builtins
 
@@ -9,7 +9,7 @@ import pytest
 
 matplotlib.use("Agg")
 from helpers.notebook import plots  # noqa: E402
-from helpers.notebook.plots_ch01_dimensions import (  # noqa: E402
+from helpers.figures.ch01_dimensions import (  # noqa: E402
     dp_figure,
     dp_gradients,
     gpipe_grid,

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from helpers.chapters import ch01_pp_schedules as show
+from helpers.figures.ch01_pp_schedules import schedules_figure, wall_figure
 from helpers.models.mlp import run_blocks, tanh_blocks
 from helpers.parallel import pp_schedules as pps
 from helpers.parallel.pp import bubble_fraction
@@ -114,7 +115,8 @@ def test_schedules_on_four_ranks_match_the_unsplit_model_and_their_bubbles(launc
         if "schedule" in r and "repeat" not in r:
             assert r["loss"] == r["ref_loss"] and r["max_grad_diff"] < 1e-5
     assert len(show.check_lines(rows)) == len(show.NAMES)  # asserts each bubble's tolerance
-    assert show.figure(launched.results, rows) is not None
+    runs = show.per_schedule(launched.results)
+    assert schedules_figure(runs, rows) is not None and wall_figure(runs, rows) is not None
 
 
 def test_colossal_ai_pipelines_go_as_far_as_documented(launched):

@@ -14,6 +14,7 @@ import torch  # noqa: E402
 from torch.profiler import ProfilerActivity, profile, record_function  # noqa: E402
 
 from helpers.chapters import ch02_trace  # noqa: E402
+from helpers.figures.ch02_trace import trace_figure  # noqa: E402
 from helpers.train import trace  # noqa: E402
 
 
@@ -111,7 +112,7 @@ def test_chapter2_step_trace_on_4_ranks():
     facts = ch02_trace.check(results)  # gradients, collective counts, the two orders
     assert facts["collectives per rank and step"] == "23"
     assert ch02_trace.totals(results, "overlap")["overlapped_ms"] > 0
-    fig = ch02_trace.figure(results)
+    fig = trace_figure(results)
     assert len(fig.axes) == 2 and len(fig.axes[0].get_yticks()) == 8
     assert {r["order"] for r in ch02_trace.rows(results)} == set(ch02_trace.ORDERS)
 

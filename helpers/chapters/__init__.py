@@ -1,8 +1,11 @@
 """The glue each notebook calls, one module per idea, named like the notebooks.
 
-Chapter 1: ch01_mask_trap, ch01_pp_schedules. Chapter 2: ch02_combining, ch02_torch_mesh,
-ch02_trace. Chapter 3: ch03_strategy, ch03_numbers, ch03_earlier. Chapter 4: ch04_config. Chapter
-5: ch05_launch, ch05_dcp, ch05_multinode. Chapter 6: ch06_frameworks, ch06_deepspeed, ch06_h2h,
+Chapter 1: ch01_hybrid, ch01_mask_trap, ch01_pp_schedules (its figures:
+helpers.figures.ch01_dimensions, ch01_pp_schedules). Chapter 2: ch02_builder, ch02_combining,
+ch02_torch_mesh, ch02_trace (its figures: helpers.figures.ch02_mesh, ch02_trace). Chapter 3:
+ch03_strategy, ch03_numbers, ch03_earlier (its figures: helpers.figures.ch03_comm). Chapter 4:
+ch04_config. Chapter 5: ch05_launch, ch05_dcp, ch05_multinode (its figures:
+helpers.figures.ch05_resume). Chapter 6: ch06_frameworks, ch06_deepspeed, ch06_h2h,
 ch06_choice. Chapter 7: ch07_memory, ch07_offload; its calculator page: calculator (a Sphinx
 extension that packs helpers.cost.web for the browser). Chapter 8: ch08_troubleshooting,
 ch08_tp_placement, ch08_labs, ch08_numbers, ch08_flight, ch08_flagship, ch08_tuning, ch08_one_gpu,

@@ -4,20 +4,18 @@ One launch of ``helpers/demos/ch01_pp_schedules.py`` on P = 4 ranks runs GPipe, 
 interleaved 1F1B, ZB-H1 and Colossal-AI's ZB-V order (each checked against the unsplit model
 inside the demo), then Colossal-AI's own interleaved and zbv pipelines as far as they go. Here
 the recorded events become the measured bubble beside its formula (:func:`summary`,
-:func:`bubble_rows`, :func:`bounds`), the timelines (:func:`figure`, :func:`wall_figure`)
-and the table of what Colossal-AI did (:func:`colossal_rows`).
+:func:`bubble_rows`, :func:`bounds`), each schedule's ranks and events for the timelines of
+:mod:`helpers.figures.ch01_pp_schedules` (:func:`per_schedule`) and the table of what Colossal-AI
+did (:func:`colossal_rows`).
 """
 
 from __future__ import annotations
 
-
-import matplotlib.pyplot as plt
-
+from helpers.figures.ch01_pp_schedules import stage_intervals
+from helpers.figures.timeline import idle_fraction
 from helpers.notebook.measured import approx
-from helpers.figures.timeline import KIND_COLOURS, idle_fraction, timeline
 from helpers.parallel.pp import bubble_text as formula
 from helpers.parallel.pp_schedules import (
-    KIND_NAMES,
     SCHEDULES,
     V_SHAPED,
     build,
@@ -40,7 +38,6 @@ BELOW, ABOVE = 0.04, 0.08
 # The wall clock adds message latency (and, with fewer cores than stages, the operating system's
 # time-sharing) to the stage clock; it may fall below the stage clock by at most this much.
 WALL_SLACK = 0.05
-COMPUTE = set(KIND_NAMES.values())
 NAMES = SCHEDULES + V_SHAPED
 
 
@@ -72,17 +69,10 @@ def per_schedule(results: list[dict]) -> dict[str, list[dict]]:
     return out
 
 
-def _rows(ranks: list[dict], repeat: int, clock: str, kinds=COMPUTE) -> dict[str, list]:
-    return {
-        f"stage {r['rank']}": [tuple(e[:3]) for e in r["events"][repeat][clock] if e[2] in kinds]
-        for r in ranks
-    }
-
-
 def measured_idle(ranks: list[dict], repeat: int, clock: str) -> float:
     """Mean over stages of the idle share of the window from the first computation to the last
     (:func:`helpers.figures.timeline.idle_fraction`)."""
-    rows = _rows(ranks, repeat, clock)
+    rows = stage_intervals(ranks, repeat, clock)
     start = min(s for ivs in rows.values() for s, _, _ in ivs)
     end = max(e for ivs in rows.values() for _, e, _ in ivs)
     return sum(idle_fraction(ivs, start, end) for ivs in rows.values()) / len(rows)
@@ -170,45 +160,6 @@ def check_lines(rows: list[dict]) -> list[str]:
         assert b["wall"] >= b["wall_floor"], b
         lines.append(f"{b['name']}: stage clock {approx(b['stage'])}")
     return lines
-
-
-def _mark(label: str) -> str:
-    """ "F3" -> "3"; "B3.1" (chunk 1) -> "3'": the micro-batch, primed on a stage's second chunk."""
-    mb, _, chunk = label.lstrip("FBW").partition(".")
-    return mb + "'" * int(chunk or 0)
-
-
-def figure(results: list[dict], rows: list[dict]):
-    """One Gantt chart per schedule on the stage clock (the run of :func:`summary`), on a shared
-    time axis; each bar carries its micro-batch (primed on the second chunk)."""
-    runs = per_schedule(results)
-    fig, axes = plt.subplots(len(rows), 1, figsize=(9, 1.8 * len(rows)), sharex=True, dpi=110)
-    for ax, s in zip(axes, rows):
-        ranks = runs[s["name"]]
-        labels = {
-            f"stage {r['rank']}": [
-                _mark(e[3]) for e in r["events"][s["best"]]["stage"] if e[2] in COMPUTE
-            ]
-            for r in ranks
-        }
-        title = f"{s['name']}: idle {100 * s['stage']:.0f} % (bubble {100 * s['bubble']:.0f} %)"
-        timeline(_rows(ranks, s["best"], "stage"), title=title, ax=ax, labels=labels)
-        ax.get_legend().remove()
-        ax.set_xlabel("")
-    axes[-1].set_xlabel("stage clock (ms)")
-    kinds = ["forward", "backward", "backward-input", "backward-weight"]
-    handles = [plt.Rectangle((0, 0), 1, 1, color=KIND_COLOURS[k]) for k in kinds]
-    fig.legend(handles, kinds, loc="lower center", ncol=4, fontsize=8)
-    fig.tight_layout(rect=(0, 0.03, 1, 1))
-    return fig
-
-
-def wall_figure(results: list[dict], rows: list[dict], name: str = "1f1b"):
-    """The same run of ``name`` on the wall clock, with every send and receive."""
-    s = next(r for r in rows if r["name"] == name)
-    data = _rows(per_schedule(results)[name], s["best"], "wall", COMPUTE | {"send", "recv"})
-    title = f"{name} on the wall clock: idle {100 * s['wall']:.0f} % (receives are waits)"
-    return timeline(data, title=title)
 
 
 def colossal_rows(results: list[dict]) -> list[dict]:

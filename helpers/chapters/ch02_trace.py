@@ -4,18 +4,13 @@
 and the notebook share the launch within one test run), :func:`expected_collectives` counts the
 collectives a rank must enter from the model, :func:`overlap_shares` gives the share of
 communication under compute in each order (the notebook asserts both against their bounds in its
-cell; :func:`check` asserts everything for the tests), :func:`figure` draws every rank's step with
-:func:`helpers.figures.timeline.timeline`, and :func:`rows` gives the table of
-milliseconds.
+cell; :func:`check` asserts everything for the tests) and :func:`rows` gives the table of
+milliseconds; :func:`helpers.figures.ch02_trace.trace_figure` draws every rank's step.
 """
 
 from __future__ import annotations
 
-import matplotlib.pyplot as plt
-
 from helpers.notebook.measured import approx
-from helpers.figures.style import DPI
-from helpers.figures.timeline import timeline
 from helpers.run.launch import LaunchResult, launch
 from helpers.train.trace import StepTrace
 from helpers.run.result_types.ch02 import TraceResult
@@ -45,6 +40,21 @@ def expected_collectives(layers: int, tp: int, dp: int, pp: int = 1, stage: int 
     return tensor + data + 2 * (stage > 0) + 2 * (stage < pp - 1)
 
 
+def expected_for(r: TraceResult) -> int:
+    """:func:`expected_collectives` for the rank that reported ``r``, from its own layout."""
+    return expected_collectives(r["layers"], r["tp"], r["dp"], r["pp"], r["coords"]["pp"])
+
+
+def collective_counts() -> dict[str, int]:
+    """Collectives per rank and step of the demo's layout (D = T = 2), of T alone and of D alone,
+    under the keys the page glues."""
+    return {
+        "ch02-trace-collectives": expected_collectives(LAYERS, tp=TP, dp=NPROC // TP),
+        "ch02-trace-tp": expected_collectives(LAYERS, tp=TP, dp=1),
+        "ch02-trace-dp": expected_collectives(LAYERS, tp=1, dp=NPROC // TP),
+    }
+
+
 def traces(results: list[TraceResult], order: str) -> dict[int, StepTrace]:
     return {r["rank"]: StepTrace.from_json(r["trace"]) for r in results if r["order"] == order}
 
@@ -56,7 +66,7 @@ def check(results: list[TraceResult]) -> dict:
     counts = set()
     for r in results:
         assert r["max_grad_diff"] <= TOLERANCE, r
-        want = expected_collectives(r["layers"], r["tp"], r["dp"], r["pp"], r["coords"]["pp"])
+        want = expected_for(r)
         assert r["trace"]["collectives"] == want, (r["rank"], r["order"], r["trace"]["names"])
         counts.add(want)
     after, overlap = traces(results, "after"), traces(results, "overlap")
@@ -104,20 +114,3 @@ def totals(results: list[TraceResult], order: str) -> dict[str, float]:
 def overlap_shares(results: list[TraceResult]) -> dict[str, float]:
     """The share of communication under compute, summed over the ranks, for each order."""
     return {order: totals(results, order)["hidden_share"] for order in ORDERS}
-
-
-def figure(results: list[TraceResult]):
-    """Two panels, one per order; per rank a row of compute / exposed communication / idle and
-    under it a row of all its communication (what lies under a compute bar is overlapped)."""
-    fig, axes = plt.subplots(2, 1, figsize=(9, 8), dpi=DPI)
-    coords = {r["rank"]: r["coords"] for r in results}
-    for ax, order in zip(axes, ORDERS):
-        panel = {}
-        for rank, t in sorted(traces(results, order).items()):
-            c = coords[rank]
-            panel[f"rank {rank} (r_D {c['dp']}, r_T {c['tp']})"] = t.intervals()
-            panel[f"rank {rank}: its communication"] = t.comm_intervals()
-        what = {"after": "all-reduce after the backward", "overlap": "all-reduce from hooks"}
-        timeline(panel, title=f"One step, D = 2 × T = 2: gradient {what[order]}", ax=ax)
-    fig.tight_layout()
-    return fig

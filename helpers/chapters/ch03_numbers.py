@@ -94,6 +94,18 @@ def seed_numbers(rows: list[dict] | None = None) -> dict:
     return out
 
 
+def seed_lines(seed: dict, links: dict) -> list[str]:
+    """What notebook 03 prints of pure data parallelism among the seed layouts (``seed``:
+    :func:`seed_numbers`): its rank, and its gradient all-reduce across 4 nodes (``links``:
+    :func:`link_numbers`) inside the last micro-batch's backward."""
+    return [
+        f"pure data parallelism ({seed['ch03-dp-sharding']}) ranks {seed['ch03-dp-rank']}: its "
+        f"all-reduce ({links['ch03-dp32-ms']:.1f} ms) runs inside",
+        f"  the last micro-batch's backward ({seed['ch03-dp-window-ms']:.1f} ms), "
+        f"{seed['ch03-dp-exposed-ms']:.1f} ms exposed",
+    ]
+
+
 def memory_cases(fits: list[Plan], hw: Hardware = Hardware()) -> list[Plan]:
     """The 70 B plans whose memory the page breaks down: the planner's first three, the first's
     degrees with ZeRO-1 and with FSDP keeping the gathered weights, and the earlier pick."""

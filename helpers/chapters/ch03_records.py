@@ -123,3 +123,29 @@ def outside_allocator_numbers() -> dict:
         worst = max(r["outside_allocator"] for r in rows if r["outside_allocator"])
         out[f"ch03-outside-{gpus}gpu-gib"] = _r(worst / GIB, 2)
     return out
+
+
+def held_out_lines(big: list[dict], worst: dict, gpu_bound: dict, at_1g: dict) -> list[str]:
+    """What notebook 03 prints of the calibration: the held-out rows from 1 MiB up (``big``) and
+    how many are within ±25 %, the worst of them (``worst``) and the worst from 16 MiB up
+    (``gpu_bound``), rows of :func:`helpers.cost.calibration.collective_table`, and the bus
+    bandwidth of each collective at 1 GiB (``at_1g``, GB/s)."""
+    return [
+        f"held-out messages >= 1 MiB: {len(big)} rows, "
+        f"{sum(abs(r['error %']) <= 25 for r in big)} within ±25 %",
+        f"worst: {worst['collective']} at {worst['size']}: predicted {worst['predicted us']} µs, "
+        f"measured {worst['measured us']} µs ({worst['error %']:+.1f} %)",
+        f"worst from 16 MiB up: {gpu_bound['collective']} at {gpu_bound['size']} "
+        f"({gpu_bound['error %']:+.1f} %)",
+        "bus bandwidth at 1 GiB, GB/s: " + ", ".join(f"{c} {v:.0f}" for c, v in at_1g.items()),
+    ]
+
+
+def outside_lines(outside: dict) -> list[str]:
+    """What notebook 03 prints of the memory outside the allocator: what the planner adds beside
+    the most that Chapter 7 measured (:func:`outside_allocator_numbers`), GiB."""
+    return [
+        f"outside the allocator: the planner adds {outside['ch03-outside-gib']} GiB; Chapter 7 "
+        f"measured at most {outside['ch03-outside-2gpu-gib']} GiB",
+        f"  on 2 GPUs and {outside['ch03-outside-1gpu-gib']} GiB on 1 GPU",
+    ]

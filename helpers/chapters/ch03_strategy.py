@@ -14,14 +14,11 @@ cards, one per GPU on HGX/DGX H100/H200 nodes; all-to-all gets one card per rank
 
 from __future__ import annotations
 
-import matplotlib.pyplot as plt
-
 from helpers.chapters.ch03_earlier import one_card_per_rank
 from helpers.models.shape import ModelShape
 from helpers.cost import comm, memory_plan
 from helpers.cost.planner import SEED_7B5
 from helpers.cost.step_time import Hardware, Plan, members_per_node
-from helpers.figures.style import DPI, RANK_COLOURS
 from helpers.notebook.tables import glue_numbers  # noqa: F401  (the notebook calls it here)
 
 ORDINALS = (
@@ -123,38 +120,6 @@ def egress_rows(
             }
         )
     return rows
-
-
-def egress_figure(rows: list[dict]):
-    """Bars: the cross-node time of the gradient all-reduce for each T inside the node, as the
-    per-node model gives it and as one card per rank would."""
-    fig, ax = plt.subplots(figsize=(7.5, 3.4), dpi=DPI)
-    x = range(len(rows))
-    w = 0.38
-    old = ax.bar([i - w / 2 for i in x], [r["ms, one card per rank"] for r in rows], w,
-                 color=RANK_COLOURS[7], label="one card per rank (earlier model)")  # fmt: skip
-    new = ax.bar([i + w / 2 for i in x], [r["ms"] for r in rows], w, color=RANK_COLOURS[0],
-                 label="ring leaves each node once, through the group's cards")  # fmt: skip
-    ax.bar_label(old, fmt="%.0f", fontsize=8)
-    ax.bar_label(new, fmt="%.0f", fontsize=8)
-    ax.set_xticks(list(x))
-    ax.set_xticklabels(
-        [
-            f"T={r['T']}, D={r['D']}\n{r['cards per group']} card"
-            + ("" if r["cards per group"] == 1 else "s")
-            + " per group"
-            for r in rows
-        ]
-    )
-    ax.set_ylabel("all-reduce of the gradients, ms")
-    ax.set_title(
-        "7.5 B model, 4 nodes × 8 GPUs: the time across nodes hardly depends on T", fontsize=10
-    )
-    ax.set_ylim(0, 1.3 * max(r["ms, one card per rank"] for r in rows))
-    ax.legend(fontsize=8, frameon=False)
-    ax.spines[["top", "right"]].set_visible(False)
-    fig.tight_layout()
-    return fig
 
 
 def memory_rows(model: ModelShape, plans: list[Plan], global_batch: int, hw=Hardware()) -> list:

@@ -3,8 +3,8 @@
 :func:`run_dcp` launches :mod:`helpers.demos.ch05_dcp`, :func:`run_deepspeed`
 :mod:`helpers.demos.ch05_dcp_universal` (save, ``ds_to_universal``, load), :func:`run_colossal`
 Chapter 5's ``--reshard`` (dp 2 -> dp 1), all on gloo CPU ranks on any machine (the demos build CPU
-meshes). :func:`read_pieces` is the block arithmetic of a DCP load; :func:`table_rows` and
-:func:`chunk_figure` show the section's table and figure.
+meshes). :func:`read_pieces` is the block arithmetic of a DCP load; :func:`table_rows` gives the
+section's table (its figure: :func:`helpers.figures.ch05_resume.chunk_figure`).
 """
 
 from __future__ import annotations
@@ -256,41 +256,3 @@ def table_rows(gaps: dict, ds: dict, colossal: dict | None, gpu: dict | None) ->
 
 def _row(fmt: str, src: str, dst: str, result: str, where: str) -> dict:
     return {"format": fmt, "saved as": src, "loaded as": dst, "max |Δloss|": result, "run": where}
-
-
-def chunk_figure(run: dict):
-    """The blocks of one weight (``WEIGHT`` of the demo) that each rank wrote under FSDP2 × TP
-    and that each rank reads under FSDP2 and under TP (dashed: the saved blocks' edges). DCP reads
-    every overlap of a wanted block with a saved one."""
-    import matplotlib.pyplot as plt
-    from matplotlib.patches import Rectangle
-
-    from helpers.figures.style import DPI, RANK_COLOURS
-
-    saved = run["save"][0]["saved_chunks"]
-    panels = [("saved: " + NAMES["dp2xtp2"], [(c["rank"], c) for c in saved])]
-    for layout in run["load"][0]["layouts"]:
-        blocks = [(r["rank"], r["layouts"][layout]["chunk"]) for r in run["load"]]
-        panels.append(("loaded: " + NAMES[layout], blocks))
-    rows, cols = (sum(c["sizes"][i] for c in saved if c["offsets"][1 - i] == 0) for i in (0, 1))
-    fig, axes = plt.subplots(1, len(panels), figsize=(3.2 * len(panels), 2.6), dpi=DPI)
-    for ax, (title, blocks) in zip(axes, panels):
-        for rank, c in blocks:
-            (r0, c0), (h, w) = c["offsets"], c["sizes"]
-            face = dict(facecolor=RANK_COLOURS[rank], edgecolor="white", lw=2, alpha=0.85)
-            ax.add_patch(Rectangle((c0, r0), w, h, **face))
-            k = 2 if title.startswith("saved") else 4  # off centre: clear of the dashed edges
-            ax.text(c0 + w / k, r0 + h / k, f"rank {rank}", ha="center", va="center", fontsize=9)
-        if not title.startswith("saved"):  # the saved blocks' edges: each rank reads 2 pieces
-            for c in saved:
-                (r0, c0), (h, w) = c["offsets"], c["sizes"]
-                ax.add_patch(Rectangle((c0, r0), w, h, fill=False, ls="--", lw=1, ec="black"))
-        ax.set_xlim(0, cols)
-        ax.set_ylim(rows, 0)
-        ax.set_title(title, fontsize=9)
-        ax.set_xlabel(f"columns (of {cols})", fontsize=8)
-        ax.set_ylabel(f"rows (of {rows})", fontsize=8)
-        ax.tick_params(labelsize=7)
-    fig.suptitle(run["save"][0]["weight"], fontsize=9)
-    fig.tight_layout()
-    return fig

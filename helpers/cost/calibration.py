@@ -4,9 +4,9 @@
 all-reduce times of a ch03_collectives record at every other size from 1 MB up; every other
 (collective, size) is *predicted* by :func:`helpers.cost.comm.collective_time` with that one link,
 the bytes each collective sends per rank (ring volumes) and nothing else. :func:`collective_table`
-puts prediction and measurement side by side, :func:`busbw_figure` draws them (Chapter 3, "Step 2:
-the hardware", "Calibrated on NCCL"); Chapter 5's mesh orders fit the same model to their own link
-(:mod:`helpers.cluster.mesh_orders`).
+puts prediction and measurement side by side, :func:`helpers.figures.ch03_comm.busbw_figure`
+draws them (Chapter 3, "Step 2: the hardware", "Calibrated on NCCL"); Chapter 5's mesh orders
+fit the same model to their own link (:mod:`helpers.cluster.mesh_orders`).
 """
 
 from __future__ import annotations
@@ -140,60 +140,3 @@ def worst_error(table: list[dict], min_bytes: int = MB) -> dict:
         (r for r in table if r["size_bytes"] >= min_bytes and r["role"] == "held out"),
         key=lambda r: abs(r["error %"]),
     )
-
-
-def busbw_figure(table: list[dict]):
-    """Left: measured bus bandwidth against message size, per collective. Right: predicted against
-    measured time, with the ±25 % band; fitted points hollow, floor-setting small messages as
-    crosses."""
-    import matplotlib.pyplot as plt
-
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8), dpi=80)
-    for name in sorted({r["collective"] for r in table}):
-        rows = [r for r in table if r["collective"] == name]
-        left.plot(
-            [r["size_bytes"] for r in rows], [r["busbw GB/s"] for r in rows], marker="o", label=name
-        )
-        colour = left.lines[-1].get_color()
-        for role, marker, face in (
-            ("held out", "o", colour),
-            ("fit", "o", "none"),
-            ("floor", "x", colour),
-        ):
-            pts = [r for r in rows if r["role"] == role]
-            right.scatter(
-                [r["measured us"] for r in pts],
-                [r["predicted us"] for r in pts],
-                s=18,
-                marker=marker,
-                facecolors=face,
-                edgecolors=colour if marker == "o" else None,
-            )
-    left.set(
-        xscale="log",
-        xlabel="message size S (bytes)",
-        ylabel="bus bandwidth (GB/s)",
-        title="measured busbw",
-    )
-    left.legend(fontsize=8)
-    lo, hi = min(r["measured us"] for r in table), max(r["measured us"] for r in table)
-    line = [lo, hi]
-    right.plot(line, line, "k-", lw=0.8)
-    right.fill_between(
-        line,
-        [x * 0.75 for x in line],
-        [x * 1.25 for x in line],
-        color="grey",
-        alpha=0.2,
-        label="±25 %",
-    )
-    right.set(
-        xscale="log",
-        yscale="log",
-        xlabel="measured (µs)",
-        ylabel="predicted (µs)",
-        title="model calibrated on all-reduce",
-    )
-    right.legend(fontsize=8)
-    fig.tight_layout()
-    return fig

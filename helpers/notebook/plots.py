@@ -1,10 +1,7 @@
 """A figure in the notebook: :func:`show` displays it and glues it under a key, so the chapter page
-can paste the same image. The figures' shared style is :mod:`helpers.figures.style`; the figures
-themselves are in :mod:`helpers.figures`,
-:mod:`helpers.notebook.plots_ch01_dimensions` (Chapter 1), :mod:`helpers.notebook.plots_ch02_mesh`
-(Chapter 2), :mod:`helpers.notebook.plots_ch05_resume` (Chapter 5), the timelines of
-:mod:`helpers.figures.timeline` and the ``helpers.chapters``
-modules.
+can paste the same image. Every figure is drawn in :mod:`helpers.figures` (one module per chapter's
+figures, e.g. :mod:`helpers.figures.ch01_dimensions`; their shared style is
+:mod:`helpers.figures.style`); the notebooks pass each one here.
 """
 
 from __future__ import annotations

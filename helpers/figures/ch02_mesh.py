@@ -1,7 +1,7 @@
 """Chapter 2's figure of the rank mesh: every rank, its coordinate and its three groups.
 
-Drawn from a :class:`helpers.parallel.mesh.RankMesh`, so the figure shows the groups the demos
-build.
+:func:`mesh_figure` draws a :class:`helpers.parallel.mesh.RankMesh` (the grid of Chapter 2 and the
+builder analogy), so the figure shows the groups the demos build.
 """
 
 from __future__ import annotations

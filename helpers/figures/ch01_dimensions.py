@@ -1,8 +1,11 @@
-"""Chapter 1's figures, computed from the book's own functions: the four dimensions one by one.
+"""Chapter 1's figures of the four dimensions one by one, computed from the book's own functions.
 
-Every figure is drawn from code the demos use: the pipeline schedule from
-:func:`helpers.parallel.pp.gpipe_order`, the ownership maps from the same slicing rules the demos
-apply, the data-parallel gradients from an actual backward pass.
+:func:`dp_figure` draws the gradients of an actual backward pass on each data shard beside their
+mean and the full batch's (:func:`dp_gradients`); :func:`tp_figure` and :func:`sp_figure` who owns
+what in a Megatron MLP and around Ulysses' all-to-all, by the slicing rules the demos apply;
+:func:`pp_figure` the GPipe timetable (:func:`gpipe_grid`, the order of
+:func:`helpers.parallel.pp.gpipe_order`) and its bubble; :func:`loss_curves_figure` the losses of
+Colossal-AI's layouts against their single-device reference.
 """
 
 from __future__ import annotations

@@ -1,7 +1,10 @@
-"""Chapter 5's figures of a run killed and resumed from its last checkpoint, on CPU and on GPUs.
+"""Chapter 5's figures of a run resumed from its checkpoint: killed and resumed, on CPU and on GPUs,
+and resumed under another layout.
 
-Drawn from the losses the launches logged (the CPU demo of the chapter, and
-:mod:`helpers.record.ch05` on GPUs).
+:func:`resume_figure` and :func:`gpu_resume_figure` draw the losses the launches logged (the CPU
+demo of the chapter, and :mod:`helpers.record.ch05` on GPUs) beside the uninterrupted run's;
+:func:`chunk_figure` the blocks of one weight that the ranks of ``helpers/demos/ch05_dcp.py``
+saved under one layout and read under another (Chapter 5, "Changing the layout on resume").
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from helpers.figures.style import DPI, RANK_COLOURS
+from helpers.run.result_types.ch05 import DcpLoadResult, DcpSaveResult
 
 
 def resume_figure(
@@ -128,5 +132,41 @@ def gpu_resume_figure(record: dict):
     for ax in (left, right):
         ax.set_xlabel("step"), ax.set_ylabel("loss")
         ax.legend(fontsize=6)
+    fig.tight_layout()
+    return fig
+
+
+def chunk_figure(save: list[DcpSaveResult], load: list[DcpLoadResult], names: dict[str, str]):
+    """The blocks of one weight (``WEIGHT`` of the DCP demo) that each rank wrote under FSDP2 × TP
+    (``save``) and that each rank reads under FSDP2 and under TP (``load``; dashed: the saved
+    blocks' edges), each layout titled by ``names``. DCP reads every overlap of a wanted block with
+    a saved one."""
+    from matplotlib.patches import Rectangle
+
+    saved = save[0]["saved_chunks"]
+    panels = [("saved: " + names["dp2xtp2"], [(c["rank"], c) for c in saved])]
+    for layout in load[0]["layouts"]:
+        blocks = [(r["rank"], r["layouts"][layout]["chunk"]) for r in load]
+        panels.append(("loaded: " + names[layout], blocks))
+    rows, cols = (sum(c["sizes"][i] for c in saved if c["offsets"][1 - i] == 0) for i in (0, 1))
+    fig, axes = plt.subplots(1, len(panels), figsize=(3.2 * len(panels), 2.6), dpi=DPI)
+    for ax, (title, blocks) in zip(axes, panels):
+        for rank, c in blocks:
+            (r0, c0), (h, w) = c["offsets"], c["sizes"]
+            face = dict(facecolor=RANK_COLOURS[rank], edgecolor="white", lw=2, alpha=0.85)
+            ax.add_patch(Rectangle((c0, r0), w, h, **face))
+            k = 2 if title.startswith("saved") else 4  # off centre: clear of the dashed edges
+            ax.text(c0 + w / k, r0 + h / k, f"rank {rank}", ha="center", va="center", fontsize=9)
+        if not title.startswith("saved"):  # the saved blocks' edges: each rank reads 2 pieces
+            for c in saved:
+                (r0, c0), (h, w) = c["offsets"], c["sizes"]
+                ax.add_patch(Rectangle((c0, r0), w, h, fill=False, ls="--", lw=1, ec="black"))
+        ax.set_xlim(0, cols)
+        ax.set_ylim(rows, 0)
+        ax.set_title(title, fontsize=9)
+        ax.set_xlabel(f"columns (of {cols})", fontsize=8)
+        ax.set_ylabel(f"rows (of {rows})", fontsize=8)
+        ax.tick_params(labelsize=7)
+    fig.suptitle(save[0]["weight"], fontsize=9)
     fig.tight_layout()
     return fig
