@@ -212,3 +212,23 @@ def test_a_lab_whose_dump_was_cut_short_runs_again():
     assert show._complete({"ranks": dumped, "dumps": {0: {}, 1: {}}})
     assert not show._complete({"ranks": dumped, "dumps": {0: {}}})  # rank 1 timed out first
     assert show._complete({"ranks": [{"rank": 0, "dumped": ""}], "dumps": {}})  # no hang
+
+
+def test_the_recorded_one_rank_log_reads_as_the_page_says():
+    """The stored one-GPU log: a version, a network plugin, channels, the COLL lines of the calls
+    that reached NCCL (the barrier as a one-element all-reduce, no reduce-scatter line), and no
+    transport line, since one rank connects to no peer."""
+    from helpers.record.results import find
+
+    record = find("ch08_nccl_info", gpus=1)
+    assert record is not None
+    facts, firsts = show.recorded_log(record)
+    said = {f["what"]: f["the log says"] for f in facts}
+    assert said["NCCL version"].startswith("2.")
+    assert said["network plugin chosen (Using network)"] in ("Socket", "IB")
+    assert said["collective channels after tuning"] > 0
+    calls = said["collective calls logged (COLL)"]
+    assert "AllReduce (1)" in calls and "AllGather" in calls and "ReduceScatter" not in calls
+    log = record["runs"][0]["nccl_log"]
+    assert not any(s.transports for s in ni.parse(log).values())
+    assert firsts and all("NCCL" in line for line in firsts)
