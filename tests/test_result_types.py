@@ -2,10 +2,10 @@
 
 (a) every ``emit(...)`` in a demo passes its TypedDict first (:func:`helpers.run.env.emit` checks
 the keys when the line is written); (b) every string key that ``helpers/chapters``,
-``helpers/record`` and the notebooks look up on a value known to be a typed result (a parameter or
-variable annotated with one, a ``list[...]`` of them, an element of such a list, or the value of a
-helpers function annotated to return one) is a key of that type; (c) renaming a key in a copy of a
-type makes (b) report the reader's lookup.
+``helpers/figures``, ``helpers/record`` and the notebooks look up on a value known to be a typed
+result (a parameter or variable annotated with one, a ``list[...]`` of them, an element of such a
+list, or the value of a helpers function annotated to return one) is a key of that type; (c)
+renaming a key in a copy of a type makes (b) report the reader's lookup.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 HELPERS = ROOT / "helpers"
 TYPES = HELPERS / "run" / "result_types"
-READERS = sorted((HELPERS / "chapters").glob("*.py")) + sorted((HELPERS / "record").glob("*.py"))
+READERS = [p for d in ("chapters", "record", "figures") for p in sorted((HELPERS / d).glob("*.py"))]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 CONTAINERS = {"list", "tuple", "Iterable", "Iterator", "Sequence"}
 TRANSPARENT = {"Optional", "NotRequired", "Required"}
