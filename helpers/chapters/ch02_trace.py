@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from helpers.notebook.measured import approx
 from helpers.run.launch import LaunchResult, launch
-from helpers.train.trace import StepTrace
+from helpers.train.trace import traces_of
 from helpers.run.result_types.ch02 import TraceResult
 
 NPROC, TP, LAYERS, ROWS = 4, 2, 4, 256
@@ -55,10 +55,6 @@ def collective_counts() -> dict[str, int]:
     }
 
 
-def traces(results: list[TraceResult], order: str) -> dict[int, StepTrace]:
-    return {r["rank"]: StepTrace.from_json(r["trace"]) for r in results if r["order"] == order}
-
-
 def check(results: list[TraceResult]) -> dict:
     """Raise unless every rank's gradients matched, every trace holds exactly the collectives
     the model implies, the ``after`` order hid (almost) nothing and the ``overlap`` order computed
@@ -69,7 +65,7 @@ def check(results: list[TraceResult]) -> dict:
         want = expected_for(r)
         assert r["trace"]["collectives"] == want, (r["rank"], r["order"], r["trace"]["names"])
         counts.add(want)
-    after, overlap = traces(results, "after"), traces(results, "overlap")
+    after, overlap = traces_of(results, "after"), traces_of(results, "overlap")
     assert len(after) == len(overlap) == NPROC
     for rank in after:
         hidden = after[rank].numbers()["hidden_share"]
@@ -85,7 +81,7 @@ def rows(results: list[TraceResult]) -> list[dict]:
     """One row per order and rank: milliseconds of the step and its parts (measured: ≈)."""
     out = []
     for order in ORDERS:
-        for rank, t in sorted(traces(results, order).items()):
+        for rank, t in sorted(traces_of(results, order).items()):
             n = t.numbers()
             out.append(
                 {
@@ -104,7 +100,7 @@ def rows(results: list[TraceResult]) -> list[dict]:
 def totals(results: list[TraceResult], order: str) -> dict[str, float]:
     """Milliseconds summed over the ranks, and the share of communication under compute."""
     sums: dict[str, float] = {}
-    for t in traces(results, order).values():
+    for t in traces_of(results, order).values():
         for k, v in t.numbers().items():
             sums[k] = sums.get(k, 0.0) + v
     sums["hidden_share"] = sums["overlapped_ms"] / sums["communication_ms"]

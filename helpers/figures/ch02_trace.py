@@ -14,7 +14,7 @@ import matplotlib.pyplot as plt
 from helpers.figures.style import DPI
 from helpers.figures.timeline import timeline
 from helpers.run.result_types.ch02 import TraceResult
-from helpers.train.trace import StepTrace
+from helpers.train.trace import traces_of
 
 ORDERS = {"after": "all-reduce after the backward", "overlap": "all-reduce from hooks"}
 
@@ -23,12 +23,13 @@ def trace_figure(results: list[TraceResult]):
     """Two panels, one per order; per rank a row of compute / exposed communication / idle and
     under it a row of all its communication (what lies under a compute bar is overlapped)."""
     fig, axes = plt.subplots(2, 1, figsize=(9, 8), dpi=DPI)
+    coords = {r["rank"]: r["coords"] for r in results}
     for ax, (order, what) in zip(axes, ORDERS.items()):
         panel = {}
-        for r in sorted((r for r in results if r["order"] == order), key=lambda r: r["rank"]):
-            t, c = StepTrace.from_json(r["trace"]), r["coords"]
-            panel[f"rank {r['rank']} (r_D {c['dp']}, r_T {c['tp']})"] = t.intervals()
-            panel[f"rank {r['rank']}: its communication"] = t.comm_intervals()
+        for rank, t in sorted(traces_of(results, order).items()):
+            c = coords[rank]
+            panel[f"rank {rank} (r_D {c['dp']}, r_T {c['tp']})"] = t.intervals()
+            panel[f"rank {rank}: its communication"] = t.comm_intervals()
         timeline(panel, title=f"One step, D = 2 × T = 2: gradient {what}", ax=ax)
     fig.tight_layout()
     return fig

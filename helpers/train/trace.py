@@ -152,6 +152,11 @@ class StepTrace:
 Event = tuple[str, float, float, int, bool]
 
 
+def traces_of(results: list[dict], order: str) -> dict[int, StepTrace]:
+    """Each rank's recorded step (a demo result's ``trace``) for one ``order``, by rank."""
+    return {r["rank"]: StepTrace.from_json(r["trace"]) for r in results if r["order"] == order}
+
+
 def from_events(events: list[Event], device: str = "cpu", marker: str = "step") -> StepTrace:
     """Classify a trace's events (see the module docstring); the window is the ``marker`` range
     (on CUDA its range on the GPU, or the first to the last kernel when there is none)."""
